@@ -1,0 +1,408 @@
+// GEMM engine benchmark: the engine's standalone persistent kernel vs cuBLAS (cublasGemmEx, bf16 in,
+// fp32 compute) on the same inputs, dense shapes and grouped expert GEMMs (vs
+// cublasGemmGroupedBatchedEx and vs one dense cuBLAS GEMM of the same total M).
+// Timing: CUDA events around each launch, warm-up, median of --reps launches, input buffers rotated
+// over enough copies that their total exceeds 2 x the 60 MB L2. Outputs verified against cuBLAS.
+//   gemm_engine_bench [--json PATH] [--reps N] [--run R] [--raster G] [--shape auto|256|128] [--layout nt|nn]
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm_engine_test_kernel.cuh"
+#include "kernels/gemm/bf16.h"
+#include "kernels/gemm/gemm_host.h"
+
+using namespace kosmos::kernels::gemm;
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+#define CB(x)                                                                              \
+  do {                                                                                     \
+    cublasStatus_t s_ = (x);                                                               \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+      std::fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #x, int(s_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+namespace {
+
+struct Options {
+  std::string json;
+  int reps = 30;
+  int run = 1;
+  int raster = 16;
+  std::string shape = "auto";
+  bool nn = false;  // B [K, N] instead of [N, K]
+  bool dense = true, grouped = true;
+};
+
+__global__ void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    const float f = float(int32_t(x & 0xFFFF) - 32768) / 32768.0f;  // [-1, 1)
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    p[i] = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+struct Buf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Buf(size_t b) : bytes(b) { CK(cudaMalloc(&p, std::max<size_t>(b, 16))); }
+  ~Buf() { cudaFree(p); }
+  uint16_t* h() const { return static_cast<uint16_t*>(p); }
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+float time_median(int reps, int sets, F&& launch) {
+  for (int i = 0; i < 3; ++i) launch(i % sets);
+  CK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(ev[2 * i]));
+    launch(i % sets);
+    CK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  return median(ms);
+}
+
+double rel_diff(const Buf& x, const Buf& y, size_t n) {
+  std::vector<uint16_t> a(n), b(n);
+  CK(cudaMemcpy(a.data(), x.p, n * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(b.data(), y.p, n * 2, cudaMemcpyDeviceToHost));
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double u = bf16_to_float(a[i]), v = bf16_to_float(b[i]);
+    if (std::isnan(u)) return INFINITY;
+    e2 += (u - v) * (u - v);
+    r2 += v * v;
+  }
+  return std::sqrt(e2 / std::max(r2, 1e-30));
+}
+
+struct Row {
+  std::string name;
+  double flops;
+  double ours_ms, ref_ms, ref2_ms;  // ref2: dense cuBLAS of the same total M (grouped), else 0
+  std::string ref_name, ref2_name, shape;
+  double err;
+};
+
+GemmTileShape parse_shape(const std::string& s) {
+  if (s == "256") return GemmTileShape::k128x256;
+  if (s == "128") return GemmTileShape::k128x128;
+  return GemmTileShape::kAuto;
+}
+
+int num_sets_for(size_t bytes_per_set) {
+  const size_t target = 256ull << 20;  // > 2 x 60 MB L2, with margin
+  return int(std::clamp<size_t>((target + bytes_per_set - 1) / bytes_per_set, 2, 16));
+}
+
+// cuBLAS row-major C[M,N] = A[M,K] * op(B): B [N,K] (nt) or [K,N] (nn).
+void cublas_gemm(cublasHandle_t h, bool nn, int m, int n, int k, const void* a, const void* b, void* c) {
+  const float alpha = 1.f, beta = 0.f;
+  CB(cublasGemmEx(h, nn ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_16BF, nn ? n : k, a,
+                  CUDA_R_16BF, k, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_t N, int64_t K) {
+  const size_t a_el = M * K, b_el = N * K, c_el = M * N;
+  const int sets = num_sets_for((a_el + b_el + c_el) * 2);
+  std::vector<Buf*> A, B, C;
+  for (int s = 0; s < sets; ++s) {
+    A.push_back(new Buf(a_el * 2));
+    B.push_back(new Buf(b_el * 2));
+    C.push_back(new Buf(c_el * 2));
+    fill_random_bf16<<<1024, 256>>>(A[s]->h(), a_el, 17 * s + 1);
+    fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, 17 * s + 2);
+  }
+  Buf Cref(c_el * 2);
+  std::vector<GemmParams> P(sets);
+  for (int s = 0; s < sets; ++s) {
+    GemmDesc d;
+    d.a = A[s]->p;
+    d.lda = K;
+    d.b = B[s]->p;
+    d.b_transposed = !o.nn;
+    d.ldb = o.nn ? N : K;
+    d.c = C[s]->p;
+    d.ldc = N;
+    d.m = M;
+    d.n = N;
+    d.k = K;
+    d.num_sms = sms;
+    d.tile_shape = parse_shape(o.shape);
+    const auto st = make_gemm_params(d, &P[s]);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
+      std::exit(1);
+    }
+  }
+  CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
+  CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, o.run, o.raster));
+  cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[0]->p, B[0]->p, Cref.p);
+  CK(cudaDeviceSynchronize());
+  Row r;
+  r.err = rel_diff(*C[0], Cref, c_el);
+  r.ours_ms = time_median(o.reps, sets, [&](int s) {
+    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, o.run, o.raster));
+  });
+  r.ref_ms = time_median(o.reps, sets, [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); });
+  r.ref2_ms = 0;
+  r.ref_name = "cublasGemmEx";
+  r.flops = 2.0 * M * N * K;
+  r.shape = P[0].tile_shape == GemmTileShape::k128x128 ? "128x128" : "128x256";
+  char nm[96];
+  std::snprintf(nm, sizeof(nm), "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+  r.name = nm;
+  for (int s = 0; s < sets; ++s) delete A[s], delete B[s], delete C[s];
+  return r;
+}
+
+// Skewed per-expert rows: 32 local experts, ~24.6k routed rows (top-8 of 4096 tokens on 8 ranks'
+// worth of traffic), Zipf-like weights, 3 experts empty. Deterministic.
+std::vector<int> expert_rows() {
+  const int G = 32, total = 24588;
+  std::mt19937 rng(1234);
+  std::vector<double> w(G);
+  for (int g = 0; g < G; ++g) w[g] = 1.0 / std::pow(g + 1.0, 0.7);
+  std::shuffle(w.begin(), w.end(), rng);
+  w[3] = w[17] = w[29] = 0;
+  double sum = 0;
+  for (double x : w) sum += x;
+  std::vector<int> m(G);
+  int acc = 0;
+  for (int g = 0; g < G; ++g) acc += (m[g] = int(std::floor(w[g] / sum * total)));
+  for (int g = 0; acc < total; g = (g + 1) % G)
+    if (m[g] > 0) ++m[g], ++acc;
+  return m;
+}
+
+Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int64_t K, const char* name) {
+  const std::vector<int> gm = expert_rows();
+  const int G = int(gm.size());
+  std::vector<int> goff(G);
+  int total = 0;
+  for (int g = 0; g < G; ++g) goff[g] = total, total += gm[g];
+  const size_t a_el = size_t(total) * K, b_el = size_t(G) * N * K, c_el = size_t(total) * N;
+  const int sets = num_sets_for((a_el + b_el + c_el) * 2);
+  std::vector<Buf*> A, B, C;
+  for (int s = 0; s < sets; ++s) {
+    A.push_back(new Buf(a_el * 2));
+    B.push_back(new Buf(b_el * 2));
+    C.push_back(new Buf(c_el * 2));
+    fill_random_bf16<<<1024, 256>>>(A[s]->h(), a_el, 31 * s + 1);
+    fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, 31 * s + 2);
+  }
+  Buf dgm(G * 4), dgo(G * 4), Cref(c_el * 2);
+  CK(cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dgo.p, goff.data(), G * 4, cudaMemcpyHostToDevice));
+  std::vector<GemmParams> P(sets);
+  for (int s = 0; s < sets; ++s) {
+    GemmDesc d;
+    d.a = A[s]->p;
+    d.lda = K;
+    d.b = B[s]->p;
+    d.b_transposed = true;  // experts' weights [G, N, K]
+    d.ldb = K;
+    d.c = C[s]->p;
+    d.ldc = N;
+    d.m = total;
+    d.n = N;
+    d.k = K;
+    d.num_groups = G;
+    d.group_m = static_cast<const int*>(dgm.p);
+    d.group_offset = static_cast<const int*>(dgo.p);
+    d.num_sms = sms;
+    d.tile_shape = parse_shape(o.shape);
+    const auto st = make_gemm_params(d, &P[s]);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
+      std::exit(1);
+    }
+  }
+  // cuBLAS grouped: one group per non-empty expert (row-major trick: C^T = B_g^T' * A^T).
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<int> mm, nn, kk, lda, ldb, ldc, gsize;
+  std::vector<float> alpha, beta;
+  std::vector<int> live;
+  for (int g = 0; g < G; ++g)
+    if (gm[g] > 0) live.push_back(g);
+  const int L = int(live.size());
+  for (int i = 0; i < L; ++i) {
+    ta.push_back(CUBLAS_OP_T);
+    tb.push_back(CUBLAS_OP_N);
+    mm.push_back(int(N));
+    nn.push_back(gm[live[i]]);
+    kk.push_back(int(K));
+    lda.push_back(int(K));
+    ldb.push_back(int(K));
+    ldc.push_back(int(N));
+    gsize.push_back(1);
+    alpha.push_back(1.f);
+    beta.push_back(0.f);
+  }
+  std::vector<Buf*> ptrs;  // per set: device arrays of A, B, C pointers
+  for (int s = 0; s < sets; ++s) {
+    std::vector<const void*> pa, pb;
+    std::vector<void*> pc;
+    for (int g : live) {
+      pa.push_back(B[s]->h() + size_t(g) * N * K);
+      pb.push_back(A[s]->h() + size_t(goff[g]) * K);
+      pc.push_back((s == 0 ? Cref.h() : C[s]->h()) + size_t(goff[g]) * N);
+    }
+    Buf* b = new Buf(3 * L * sizeof(void*));
+    CK(cudaMemcpy(b->p, pa.data(), L * sizeof(void*), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(static_cast<char*>(b->p) + L * sizeof(void*), pb.data(), L * sizeof(void*), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(static_cast<char*>(b->p) + 2 * L * sizeof(void*), pc.data(), L * sizeof(void*),
+                  cudaMemcpyHostToDevice));
+    ptrs.push_back(b);
+  }
+  auto cublas_grouped = [&](int s) {
+    void** base = static_cast<void**>(ptrs[s]->p);
+    CB(cublasGemmGroupedBatchedEx(cub, ta.data(), tb.data(), mm.data(), nn.data(), kk.data(), alpha.data(),
+                                  reinterpret_cast<const void* const*>(base), CUDA_R_16BF, lda.data(),
+                                  reinterpret_cast<const void* const*>(base + L), CUDA_R_16BF, ldb.data(),
+                                  beta.data(), base + 2 * L, CUDA_R_16BF, ldc.data(), L, gsize.data(),
+                                  CUBLAS_COMPUTE_32F));
+  };
+  CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
+  CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, o.run, o.raster));
+  cublas_grouped(0);
+  CK(cudaDeviceSynchronize());
+  Row r;
+  r.err = rel_diff(*C[0], Cref, c_el);
+  r.ours_ms = time_median(o.reps, sets, [&](int s) {
+    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, o.run, o.raster));
+  });
+  r.ref_ms = time_median(o.reps, sets, cublas_grouped);
+  r.ref2_ms = time_median(o.reps, sets, [&](int s) { cublas_gemm(cub, false, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); });
+  r.ref_name = "cublasGemmGroupedBatchedEx";
+  r.ref2_name = "dense cublasGemmEx, same total M";
+  r.flops = 2.0 * total * N * K;
+  r.shape = P[0].tile_shape == GemmTileShape::k128x128 ? "128x128" : "128x256";
+  char nm[128];
+  std::snprintf(nm, sizeof(nm), "%s G=%d rows=%d N=%lld K=%lld", name, G, total, (long long)N, (long long)K);
+  r.name = nm;
+  for (int s = 0; s < sets; ++s) delete A[s], delete B[s], delete C[s], delete ptrs[s];
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--json") o.json = next();
+    else if (a == "--reps") o.reps = std::atoi(next().c_str());
+    else if (a == "--run") o.run = std::atoi(next().c_str());
+    else if (a == "--raster") o.raster = std::atoi(next().c_str());
+    else if (a == "--shape") o.shape = next();
+    else if (a == "--layout") o.nn = next() == "nn";
+    else if (a == "--dense-only") o.grouped = false;
+    else if (a == "--grouped-only") o.dense = false;
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  int dev = 0;
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  int driver = 0;
+  CK(cudaDriverGetVersion(&driver));
+  const int sms = prop.multiProcessorCount;
+  cublasHandle_t cub;
+  CB(cublasCreate(&cub));
+  Buf ws(64ull << 20);
+  CB(cublasSetWorkspace(cub, ws.p, ws.bytes));
+  std::printf("GPU %s, %d SMs, driver %d; run=%d raster=%d shape=%s layout=%s reps=%d\n", prop.name, sms, driver,
+              o.run, o.raster, o.shape.c_str(), o.nn ? "NN (B [K,N])" : "NT (B [N,K])", o.reps);
+  std::vector<Row> rows;
+  if (o.dense) {
+    const int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 3584, 8192}, {8192, 8192, 3584}, {8192, 1536, 8192},
+                                 {2048, 3584, 8192}, {16384, 7168, 2048}, {4096, 4096, 1536}, {128, 7168, 2048}};
+    for (auto& s : shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
+  }
+  if (o.grouped) {
+    rows.push_back(bench_grouped(cub, o, sms, 4096, 7168, "moe gate+up"));
+    rows.push_back(bench_grouped(cub, o, sms, 7168, 2048, "moe down"));
+  }
+  std::printf("%-40s %-8s %9s %9s %7s %9s %7s %9s\n", "shape (MxNxK)", "tile", "ours TF/s", "ref TF/s", "ratio",
+              "ref2 TF/s", "ratio2", "rel.err");
+  double log_sum = 0;
+  int n_dense = 0;
+  double min_ratio = 1e9;
+  for (const auto& r : rows) {
+    const double ours = r.flops / r.ours_ms * 1e-9, ref = r.flops / r.ref_ms * 1e-9;
+    const double ref2 = r.ref2_ms > 0 ? r.flops / r.ref2_ms * 1e-9 : 0;
+    std::printf("%-40s %-8s %9.1f %9.1f %7.3f %9.1f %7.3f %9.2e\n", r.name.c_str(), r.shape.c_str(), ours, ref,
+                ours / ref, ref2, ref2 > 0 ? ours / ref2 : 0.0, r.err);
+    if (r.ref2_ms == 0) {
+      log_sum += std::log(ours / ref);
+      ++n_dense;
+      min_ratio = std::min(min_ratio, ours / ref);
+    }
+  }
+  if (n_dense) std::printf("dense geomean ratio %.3f, min %.3f\n", std::exp(log_sum / n_dense), min_ratio);
+  if (!o.json.empty()) {
+    FILE* f = std::fopen(o.json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"sms\": %d,\n  \"driver\": %d,\n  \"layout\": \"%s\",\n  \"run\": %d,\n  \"raster\": %d,\n  \"results\": [\n",
+                 prop.name, sms, driver, o.nn ? "NN" : "NT", o.run, o.raster);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      const double ours = r.flops / r.ours_ms * 1e-9, ref = r.flops / r.ref_ms * 1e-9;
+      std::fprintf(f,
+                   "    {\"shape\": \"%s\", \"tile\": \"%s\", \"ours_tflops\": %.2f, \"ours_ms\": %.4f, \"baseline\": \"%s\", "
+                   "\"baseline_tflops\": %.2f, \"ratio\": %.4f",
+                   r.name.c_str(), r.shape.c_str(), ours, r.ours_ms, r.ref_name.c_str(), ref, ours / ref);
+      if (r.ref2_ms > 0) {
+        const double ref2 = r.flops / r.ref2_ms * 1e-9;
+        std::fprintf(f, ", \"baseline2\": \"%s\", \"baseline2_tflops\": %.2f, \"ratio2\": %.4f", r.ref2_name.c_str(),
+                     ref2, ours / ref2);
+      }
+      std::fprintf(f, ", \"rel_err_vs_baseline\": %.3e}%s\n", r.err, i + 1 < rows.size() ? "," : "");
+    }
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  cublasDestroy(cub);
+  return 0;
+}

@@ -1,0 +1,83 @@
+#include "common.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+
+#include "kosmos/runtime.h"
+
+namespace kosmos::cli {
+
+bool gpu_available() {
+  auto info = runtime::query_device(0);
+  return info.available && info.cc_major == 9;
+}
+
+std::string pick_executor(const std::string& requested) {
+  if (requested == "cpu" || requested == "gpu") return requested;
+  return gpu_available() ? "gpu" : "cpu";
+}
+
+std::string git_commit() {
+  std::string out;
+  if (FILE* f = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r")) {
+    char buf[64] = {0};
+    if (fgets(buf, sizeof(buf), f)) out = buf;
+    pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+#ifdef KOSMOS_GIT_COMMIT
+  if (out.empty()) out = KOSMOS_GIT_COMMIT;
+#endif
+  if (out.empty()) out = "unknown";
+  if (FILE* f = popen("git status --porcelain --untracked-files=no 2>/dev/null | head -1", "r")) {
+    char buf[8] = {0};
+    if (fgets(buf, sizeof(buf), f) && buf[0]) out += "-dirty";
+    pclose(f);
+  }
+  return out;
+}
+
+static std::string nvidia_driver() {
+  std::ifstream f("/proc/driver/nvidia/version");
+  std::string line;
+  if (f && std::getline(f, line)) {
+    auto pos = line.find("Kernel Module");
+    if (pos != std::string::npos) {
+      std::string rest = line.substr(pos + 13);
+      size_t a = rest.find_first_not_of(' ');
+      size_t b = rest.find(' ', a);
+      return rest.substr(a, b - a);
+    }
+  }
+  return "";
+}
+
+nlohmann::json run_metadata(const std::string& command) {
+  auto info = runtime::query_device(0);
+  std::time_t now = std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  nlohmann::json j;
+  j["command"] = command;
+  j["commit"] = git_commit();
+  j["date"] = ts;
+  j["gpu"] = info.available ? info.name : "none";
+  j["sms"] = info.sms;
+  j["driver"] = nvidia_driver().empty() ? info.driver : nvidia_driver();
+  j["cuda_driver_api"] = info.driver;
+  j["cuda_runtime"] = info.runtime;
+  j["sm_clock_mhz_max"] = info.clock_mhz;
+  j["mem_clock_mhz"] = info.mem_clock_mhz;
+  return j;
+}
+
+Status write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  KOSMOS_CHECK(f.good(), "cannot write '", path, "'");
+  f << j.dump(2) << "\n";
+  return Status::ok();
+}
+
+}  // namespace kosmos::cli

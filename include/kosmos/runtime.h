@@ -1,0 +1,155 @@
+// kosmos::runtime — executes a Plan: on the GPU as one persistent cooperative launch, or on host
+// threads (the CPU executor, reference for the protocol and the GPU-less path).
+//
+// Both executors: claim tasks in the plan's order with one global ticket; a claimed task waits on
+// its counters (acquire), runs its body, then release-adds its signals. Counters are monotonic
+// over runs (targets scaled by the epoch), so run() needs no host-side reset and is replayable
+// from a CUDA graph. Every wait has a watchdog budget; on expiry the run ends everywhere and the
+// returned Status names rank, SM/worker, task, counter, expected and observed values.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kosmos/plan.h"
+#include "kosmos/runtime_types.h"
+#include "kosmos/status.h"
+
+namespace kosmos::runtime {
+
+// Formats an error record as the message the host call returns.
+std::string describe(const ErrorRecord& e, const plan::Plan& plan);
+
+// ---- CPU executor --------------------------------------------------------------------------------
+struct CpuOptions {
+  uint32_t num_workers = 4;          // virtual CTAs, one host thread each
+  double watchdog_seconds = 10.0;
+  bool stress = false;               // random delays and a random valid claim order
+  uint64_t seed = 1;
+  uint32_t max_delay_us = 20;        // stress: random sleep before claims, inside waits, before signals
+  bool trace = false;
+  bool audit = false;
+};
+
+class CpuExecutor;
+// Body of a task kind on the host (kinds beyond the built-in ones, e.g. GEMM tiles).
+struct HostTaskContext {
+  const CpuExecutor* executor;
+  uint32_t worker;
+  // Spins until the task's rank's counter reaches `target` of this run (the GEMM tile's per-k-block
+  // hook). Returns false if the run is ending on an error.
+  std::function<bool(uint32_t counter, uint32_t target)> wait;
+};
+using HostTaskFn = std::function<void(const plan::Task&, HostTaskContext&)>;
+
+class CpuExecutor {
+ public:
+  static Status create(const plan::Plan& plan, const CpuOptions& options, std::unique_ptr<CpuExecutor>* out);
+  ~CpuExecutor();
+
+  Status bind_buffer(uint32_t buffer, uint32_t rank, void* ptr);  // external buffers
+  void* buffer(uint32_t buffer, uint32_t rank) const;
+  void set_host_body(plan::TaskKind kind, HostTaskFn fn);
+
+  Status run();          // blocks until the run finished or failed
+  void abort();          // from any thread: the current run ends with kAborted
+  uint64_t epoch() const { return epoch_; }
+  uint64_t counter(uint32_t rank, uint32_t c) const;
+  const std::vector<TraceRecord>& trace() const { return trace_; }
+  const std::vector<AuditRecord>& audit() const { return audit_; }
+  const plan::Plan& plan() const { return plan_; }
+
+ private:
+  CpuExecutor() = default;
+  void worker_loop(uint32_t worker, const std::vector<uint32_t>& order);
+  bool wait_counter(const plan::Task& t, uint32_t worker, uint32_t counter, uint32_t target);
+  void run_builtin(const plan::Task& t, uint32_t worker);
+  void fail(const ErrorRecord& rec);
+
+  plan::Plan plan_;
+  CpuOptions options_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counters_;
+  std::vector<std::vector<uint8_t>> owned_;  // [buffer*world + rank]
+  std::vector<void*> buffers_;               // [buffer*world + rank]
+  std::vector<HostTaskFn> bodies_;
+  std::atomic<uint32_t> ticket_{0};
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<bool> abort_{false};
+  std::atomic<bool> host_abort_{false};
+  std::atomic<bool> failed_{false};
+  ErrorRecord error_{};
+  uint64_t epoch_ = 0;
+  std::vector<TraceRecord> trace_;
+  std::vector<AuditRecord> audit_;
+  std::vector<uint32_t> order_;
+  uint64_t run_count_ = 0;
+};
+
+// ---- GPU executor --------------------------------------------------------------------------------
+// A compiled persistent kernel: the runtime loop instantiated with a set of task bodies. The
+// built-in variant runs nop/spin/copy/checksum; ops with more kinds (GEMM tiles) bring their own.
+struct KernelVariant {
+  const char* name;
+  const void* kernel;         // __global__ function taking (KernelParams)
+  int threads;                // CTA size
+  size_t dynamic_smem_bytes;  // per CTA
+  bool (*supports)(plan::TaskKind);
+};
+const KernelVariant& builtin_kernel_variant();
+
+struct GpuOptions {
+  double watchdog_seconds = 10.0;
+  bool trace = false;
+  bool audit = false;
+  int max_ctas = 0;  // 0: every SM x occupancy (all co-resident)
+  const KernelVariant* variant = nullptr;  // nullptr: built-in
+};
+
+class GpuExecutor {
+ public:
+  static Status create(const plan::Plan& plan, const GpuOptions& options, std::unique_ptr<GpuExecutor>* out);
+  ~GpuExecutor();
+
+  Status bind_buffer(uint32_t buffer, uint32_t rank, void* device_ptr);
+  void* buffer(uint32_t buffer, uint32_t rank) const;
+  // Op-specific, grid-invariant kernel parameters (e.g. GEMM tensor maps), copied by value into
+  // the launch parameters. At most kBodyParamBytes.
+  Status set_body_params(const void* data, size_t bytes);
+
+  Status run(cudaStream_t stream);     // enqueues one run; never synchronises; capturable
+  Status finish(cudaStream_t stream);  // synchronises, reports a watchdog/abort error, recovers
+  Status abort();                      // host abort flag: running waits give up promptly
+  Status clear_abort();
+
+  int grid_size() const { return grid_; }
+  int ctas_per_sm() const { return ctas_per_sm_; }
+  int num_sms() const { return num_sms_; }
+  Status read_trace(std::vector<TraceRecord>* out) const;
+  Status read_audit(std::vector<AuditRecord>* out) const;
+  Status read_epoch(uint64_t* out) const;
+  Status read_counter(uint32_t rank, uint32_t counter, uint64_t* out) const;
+  const plan::Plan& plan() const { return plan_; }
+
+ private:
+  GpuExecutor() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  plan::Plan plan_;
+  int grid_ = 0, ctas_per_sm_ = 0, num_sms_ = 0;
+};
+
+// Device facts for `kosmos info` and the benchmarks' JSON.
+struct DeviceInfo {
+  bool available = false;
+  std::string name, driver, runtime;
+  int sms = 0, cc_major = 0, cc_minor = 0, clock_mhz = 0, mem_clock_mhz = 0;
+  size_t memory_bytes = 0, l2_bytes = 0;
+  std::string error;
+};
+DeviceInfo query_device(int device = 0);
+
+}  // namespace kosmos::runtime

@@ -1,0 +1,97 @@
+// GEMM engine parameters shared by the host planner, the CPU executor and the device tile body.
+// Plain-old-data, no CUTLASS: included by plan/ and runtime/ as well as by gemm_tile.cuh.
+//
+//   C[M, N_out] (bf16) = epilogue( A[M, K] (bf16) x B[K, N] (bf16) , fp32 accumulate )
+//
+// Layouts (element strides, all leading dimensions in elements, every stride 16-byte aligned):
+//   A row-major  [M, K], lda >= K     (kGemmAColMajor clear)   -> K-major operand
+//   A col-major  stored [K, M], lda >= M (kGemmAColMajor set)  -> the "TN" case, MN-major operand
+//   B row-major  [K, N], ldb >= N     (kGemmBTransposed clear) -> MN-major operand ("NN")
+//   B transposed stored [N, K], ldb >= K (kGemmBTransposed set) -> K-major operand ("NT")
+//   C row-major  [M, N_out], ldc >= N_out, ldc % 8 == 0, C 16-byte aligned.
+//
+// Epilogue (bit flags, applied in this order):  v = acc;  kGemmEpiSwiGLU: v = silu(gate) * up;
+//   kGemmEpiRowScale: v *= row_scale[c_row];  kGemmEpiAccumulate: v += C[c_row, col] (beta = 1);
+//   store bf16(v).   Stores go to `c`, which may be any pointer (a peer's buffer included).
+//
+// SwiGLU column interleave: B has N = 2 * I columns laid out as blocks of 8 columns,
+//   B column 16*j + t      (t < 8) = gate column 8*j + t
+//   B column 16*j + 8 + t  (t < 8) = up   column 8*j + t
+// and the output has N_out = I = N / 2 columns (I % 8 == 0 required). The 8-column granularity is
+// the wgmma accumulator's: each thread holds gate and up of the same output column in registers.
+//
+// Grouped GEMM (num_groups = G > 0, G <= 256): G problems sharing N and K. B is [G, K, N] (or
+// [G, N, K] transposed), group stride ldb_group elements. A rows of group g are rows
+// [group_offset[g], group_offset[g] + group_m[g]) of one A matrix with m_total rows; C rows are
+// the same rows of C. group_m / group_offset are DEVICE int32 arrays, read by the tile at run time
+// (no host sync; empty groups allowed). The planner, not knowing group_m, plans worst-case m
+// "slots": num_m_slots = ceil(m_total / BM) + G. A task carries a slot index in tile_m; the device
+// maps slot -> (group g, m block b) by a prefix sum over ceil(group_m[g] / BM) and the task
+// returns at once for slots past the end (sum of blocks). Slot order = group-major, then m block.
+#pragma once
+
+#include <cstdint>
+#include <cuda.h>  // CUtensorMap (type only; nothing links libcuda)
+
+namespace kosmos::kernels::gemm {
+
+enum GemmEpilogueFlags : uint32_t {
+  kGemmEpiStore = 0,
+  kGemmEpiAccumulate = 1u << 0,  // C += result (beta = 1)
+  kGemmEpiRowScale = 1u << 1,    // result *= row_scale[row]
+  kGemmEpiSwiGLU = 1u << 2,      // result = silu(gate) * up, see the interleave above
+};
+
+enum GemmLayoutFlags : uint32_t {
+  kGemmAColMajor = 1u << 0,    // A stored [K, M]
+  kGemmBTransposed = 1u << 1,  // B stored [N, K]
+};
+
+// Tile shapes the engine is compiled for. BM = 128 and BK = 64 always; two consumer warpgroups
+// each own BM/2 rows (cooperative); the ring depth is chosen to fill shared memory.
+enum class GemmTileShape : uint32_t {
+  k128x256 = 0,  // 4 stages x 48 KB
+  k128x128 = 1,  // 6 stages x 32 KB
+  kAuto = 0xffffffffu,
+};
+inline constexpr int kGemmBlockM = 128;
+inline constexpr int kGemmBlockK = 64;
+inline constexpr int gemm_block_n(GemmTileShape s) { return s == GemmTileShape::k128x128 ? 128 : 256; }
+
+// Task payload (plan::Task::arg). A run of `count` tiles: (tile_m + i, tile_n) for i < count,
+// i.e. the run walks down M (grouped: consecutive slots), sharing the B column block. The tile
+// pipeline overlaps the loads of tile i+1 with the math and epilogue of tile i inside one run.
+struct GemmTileArgs {
+  uint32_t problem;  // index into the runtime's GemmParams array (the engine ignores it)
+  uint32_t tile_m;   // dense: m block; grouped: first m slot
+  uint32_t tile_n;   // n block (in units of BN columns of B)
+  uint32_t count;    // tiles in the run, >= 1
+  uint32_t reserved[4];
+};
+static_assert(sizeof(GemmTileArgs) <= 40);
+
+// Grid-invariant parameters of one GEMM problem. Lives in the kernel's __grid_constant__
+// parameter blob: the TMA loads take the ADDRESS of tma_a / tma_b, so the device code must see
+// the params in param (or global) memory, never a local copy.
+struct GemmParams {
+  CUtensorMap tma_a;  // A tile box: [BM rows, 64 k] (row-major A) or [64 k, 64 m] x BM/64 (col-major)
+  CUtensorMap tma_b;  // 3-D (.., .., group): [BN n, 64 k] or [64 k, 64 n] x BN/64 boxes
+  void* c;            // bf16 [rows, ldc]
+  const float* row_scale;    // [rows] fp32, kGemmEpiRowScale only
+  const int* group_m;        // [G] device, grouped only
+  const int* group_offset;   // [G] device, grouped only
+  int64_t ldc;               // elements
+  int32_t m;                 // dense: rows; grouped: m_total (rows of A and C)
+  int32_t n;                 // columns of B
+  int32_t n_out;             // columns of C (n, or n / 2 with SwiGLU)
+  int32_t k;
+  int32_t num_groups;        // 0 = dense
+  uint32_t epilogue;         // GemmEpilogueFlags
+  uint32_t layout;           // GemmLayoutFlags
+  GemmTileShape tile_shape;
+  int32_t num_m_tiles;       // dense: ceil(m / BM); grouped: worst-case slots ceil(m / BM) + G
+  int32_t num_n_tiles;       // ceil(n / BN)
+};
+static_assert(sizeof(GemmParams) <= 2048);
+
+}  // namespace kosmos::kernels::gemm

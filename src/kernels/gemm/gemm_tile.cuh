@@ -1,0 +1,393 @@
+// gemm_tile: one GEMM output tile (or a run of tiles down M) as a task body of the persistent
+// runtime kernel. bf16 x bf16 -> fp32 accumulate -> epilogue -> bf16, sm_90a, CuTe primitives.
+//
+// Called by ALL 384 threads of the CTA (3 warpgroups) with identical arguments; the runtime does
+// __syncthreads() after it returns. Roles:
+//   warpgroup 0 (threads   0..127): producer. Warp 0 lane 0 issues TMA loads of the A and B
+//                                   k-blocks into a `Stages`-deep shared-memory ring; before each
+//                                   A k-block it calls wait(m_block, k_block) (runtime hook), then
+//                                   fence.proxy.async.global. Warps 1..3 idle.
+//   warpgroups 1, 2 (128..383):      consumers (cooperative): each owns BM/2 = 64 rows of the
+//                                   BM x BN tile, runs wgmma (SS, fp32 accumulators in registers)
+//                                   and the epilogue (masked direct bf16 stores to C).
+// With kSetMaxNReg the producer warpgroup drops to 40 registers and the consumers rise to 232;
+// both return to kEntryRegs (168, what __launch_bounds__(384, 1) gives) before returning.
+//
+// Shared memory (1024-byte aligned inside `smem`; gemm_smem_bytes() includes the alignment slack):
+//   A ring: Stages x BM x 64 bf16 (16 KB/stage) | B ring: Stages x BN x 64 bf16 (32 or 16 KB) |
+//   full[Stages], empty[Stages] mbarriers (8 B each).   128x256: 4 stages = 197,760 B total
+//                                                        128x128: 6 stages = 197,760 B total
+// Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
+// carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
+// consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
+// -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
+// full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
+// thread per warpgroup arrives on empty[s]. Every TMA load issued in a call is consumed in the
+// same call, so no async copy is in flight when the function returns. No named barriers are used.
+//
+// Preconditions (checked by make_gemm_params on the host): p lives in param/global memory (the TMA
+// takes the address of p.tma_a / p.tma_b); the kernel runs 384 threads, __launch_bounds__(384, 1).
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/bfloat16.h>
+
+#include <cuda_bf16.h>
+
+#include "gemm_params.h"
+
+namespace kosmos::kernels::gemm {
+
+// Runtime hook that never waits (standalone tests and benchmarks).
+struct NoWait {
+  __device__ void operator()(int /*m_block*/, int /*k_block*/) const {}
+};
+
+namespace detail {
+
+using namespace cute;
+
+inline constexpr int kEntryRegs = 168;  // 65536 / 384 rounded down to a multiple of 8
+inline constexpr int kProducerRegs = 40;
+inline constexpr int kConsumerRegs = 232;
+
+template <int BN_, int Stages_>
+struct TileConfig {
+  static constexpr int kBM = kGemmBlockM;
+  static constexpr int kBN = BN_;
+  static constexpr int kBK = kGemmBlockK;
+  static constexpr int kStages = Stages_;
+  static constexpr int kStageBytesA = kBM * kBK * 2;
+  static constexpr int kStageBytesB = kBN * kBK * 2;
+  static constexpr int kSmemBytes = kStages * (kStageBytesA + kStageBytesB) + 2 * kStages * 8 + 1024;
+};
+using Config128x256 = TileConfig<256, 4>;
+using Config128x128 = TileConfig<128, 6>;
+
+template <class Cfg, bool kAMn, bool kBMn>
+struct TileTraits {
+  using T = cutlass::bfloat16_t;
+  using BM = Int<Cfg::kBM>;
+  using BN = Int<Cfg::kBN>;
+  using BK = Int<Cfg::kBK>;
+  using S = Int<Cfg::kStages>;
+  static constexpr GMMA::Major kMajorA = kAMn ? GMMA::Major::MN : GMMA::Major::K;
+  static constexpr GMMA::Major kMajorB = kBMn ? GMMA::Major::MN : GMMA::Major::K;
+  using AtomA = conditional_t<kAMn, GMMA::Layout_MN_SW128_Atom<T>, GMMA::Layout_K_SW128_Atom<T>>;
+  using AtomB = conditional_t<kBMn, GMMA::Layout_MN_SW128_Atom<T>, GMMA::Layout_K_SW128_Atom<T>>;
+  // MN-major: k-atoms first, so each 64-wide MN slab is one contiguous [64 k][64 mn] TMA box.
+  using SmemLayoutA = decltype(tile_to_shape(AtomA{}, make_shape(BM{}, BK{}, S{}),
+                                             conditional_t<kAMn, Step<_2, _1, _3>, Step<_1, _2, _3>>{}));
+  using SmemLayoutB = decltype(tile_to_shape(AtomB{}, make_shape(BN{}, BK{}, S{}),
+                                             conditional_t<kBMn, Step<_2, _1, _3>, Step<_1, _2, _3>>{}));
+  using TiledMma = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<T, T, float, Shape<_64, BN, BK>, kMajorA, kMajorB>(), Layout<Shape<_2, _1, _1>>{}));
+};
+
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// Where tile i of a run lives. All fields are warp-uniform.
+struct TileCoord {
+  bool valid;
+  int a_row0;  // first row of A / C of the tile
+  int rows;    // valid rows (<= BM)
+  int n0;      // first column of B
+  int group;   // B group (0 when dense)
+  int wait_m;  // m_block passed to the hook: dense m block, grouped group index
+};
+
+// Grouped: slot -> (group, m block) by a warp-wide prefix sum over ceil(group_m[g] / BM), 8 groups
+// per lane (G <= 256). Must be called by all 32 lanes of a warp.
+__device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, int lane_idx, int& group,
+                                               int& block) {
+  constexpr int kBM = kGemmBlockM;
+  int cnt[8];
+  int local = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int g = lane_idx * 8 + j;
+    const int mg = g < p.num_groups ? __ldcg(p.group_m + g) : 0;
+    cnt[j] = mg > 0 ? (mg + kBM - 1) / kBM : 0;
+    local += cnt[j];
+  }
+  int incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane_idx >= o) incl += v;
+  }
+  const int excl = incl - local;
+  const bool mine = slot >= excl && slot < incl;
+  const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+  if (ballot == 0) return false;
+  int g = 0, b = 0;
+  if (mine) {
+    int s = slot - excl;
+    bool found = false;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (!found) {
+        if (s < cnt[j]) {
+          g = lane_idx * 8 + j;
+          b = s;
+          found = true;
+        } else {
+          s -= cnt[j];
+        }
+      }
+    }
+  }
+  const int src = __ffs(ballot) - 1;
+  group = __shfl_sync(0xffffffffu, g, src);
+  block = __shfl_sync(0xffffffffu, b, src);
+  return true;
+}
+
+template <int kBN>
+__device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const GemmTileArgs& a, int i,
+                                                  int lane_idx) {
+  constexpr int kBM = kGemmBlockM;
+  TileCoord t{};
+  t.n0 = static_cast<int>(a.tile_n) * kBN;
+  const int slot = static_cast<int>(a.tile_m) + i;
+  if (p.num_groups == 0) {
+    t.valid = slot < p.num_m_tiles;
+    t.a_row0 = slot * kBM;
+    t.rows = min(kBM, p.m - t.a_row0);
+    t.group = 0;
+    t.wait_m = slot;
+  } else {
+    int g = 0, b = 0;
+    t.valid = map_group_slot(p, slot, lane_idx, g, b);
+    if (t.valid) {
+      const int off = __ldcg(p.group_offset + g);
+      const int mg = __ldcg(p.group_m + g);
+      t.a_row0 = off + b * kBM;
+      t.rows = min(kBM, mg - b * kBM);
+    }
+    t.group = g;
+    t.wait_m = g;
+  }
+  t.valid = t.valid && t.n0 < p.n;
+  return t;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+// Stores two adjacent output columns (col, col+1) of one row (crow = &C[row, 0]); col is even and
+// ldc % 8 == 0, so the pair is 4-byte aligned. `scale` is 1 unless kGemmEpiRowScale.
+__device__ __forceinline__ void store_pair(__nv_bfloat16* crow, int col, int n_out, bool accumulate, float scale,
+                                           float v0, float v1) {
+  __nv_bfloat16* c = crow + col;
+  v0 *= scale;
+  v1 *= scale;
+  if (col + 1 < n_out) {
+    if (accumulate) {
+      const float2 old = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(c));
+      v0 += old.x;
+      v1 += old.y;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(c) = __floats2bfloat162_rn(v0, v1);
+  } else if (col < n_out) {
+    if (accumulate) v0 += __bfloat162float(*c);
+    *c = __float2bfloat16_rn(v0);
+  }
+}
+
+template <class Cfg, bool kAMn, bool kBMn, bool kSetMaxNReg, class Waiter>
+__device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTileArgs& a, char* smem_raw,
+                                               int thread_idx, Waiter& wait) {
+  using Tr = TileTraits<Cfg, kAMn, kBMn>;
+  using T = typename Tr::T;
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kStages = Cfg::kStages;
+  constexpr uint32_t kStageBytes = Cfg::kStageBytesA + Cfg::kStageBytesB;
+
+  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  T* smem_a = reinterpret_cast<T*>(smem);
+  T* smem_b = reinterpret_cast<T*>(smem + kStages * Cfg::kStageBytesA);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
+
+  const int warp_idx = thread_idx / 32;
+  const int lane_idx = thread_idx % 32;
+  const int wg_idx = thread_idx / 128;
+  const int num_kb = (p.k + kBK - 1) / kBK;
+  const int count = static_cast<int>(a.count);
+
+  if (thread_idx == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      cutlass::arch::ClusterBarrier::init(&full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&empty[s], 2);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg_idx == 0) {
+    if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
+    if (warp_idx == 0) {
+      const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int i = 0; i < count; ++i) {
+        const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
+        if (!t.valid) break;
+        if (lane_idx == 0) {
+          for (int kb = 0; kb < num_kb; ++kb) {
+            cutlass::arch::ClusterBarrier::wait(&empty[stage], phase ^ 1);
+            wait(t.wait_m, kb);
+            fence_proxy_async_global();
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], kStageBytes);
+            T* sa = smem_a + stage * (kBM * kBK);
+            T* sb = smem_b + stage * (kBN * kBK);
+            const int k0 = kb * kBK;
+            if constexpr (kAMn) {
+#pragma unroll
+              for (int j = 0; j < kBM / 64; ++j)
+                SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
+            } else {
+              SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa, k0, t.a_row0);
+            }
+            if constexpr (kBMn) {
+#pragma unroll
+              for (int j = 0; j < kBN / 64; ++j)
+                SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
+            } else {
+              SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
+            }
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+        }
+        __syncwarp();
+      }
+    }
+    if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_alloc<kEntryRegs>();
+  } else {
+    if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
+    const int ct = thread_idx - 128;
+    typename Tr::TiledMma mma;
+    auto thr = mma.get_thread_slice(ct);
+    Tensor sA = make_tensor(make_smem_ptr(smem_a), typename Tr::SmemLayoutA{});  // (BM, BK, S)
+    Tensor sB = make_tensor(make_smem_ptr(smem_b), typename Tr::SmemLayoutB{});  // (BN, BK, S)
+    Tensor tCsA = thr.partition_A(sA);
+    Tensor tCsB = thr.partition_B(sB);
+    Tensor tCrA = thr.make_fragment_A(tCsA);  // (MMA, MMA_M, MMA_K, S) smem descriptors
+    Tensor tCrB = thr.make_fragment_B(tCsB);
+    Tensor acc = partition_fragment_C(mma, Shape<Int<kBM>, Int<kBN>>{});  // ((2,2,BN/8),1,1) fp32
+    static_assert(size(acc) == kBN / 2, "expected a 64 x BN accumulator per warpgroup");
+    const bool signal_thread = (ct % 128) == 0;
+
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int i = 0; i < count; ++i) {
+      const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
+      if (!t.valid) break;
+
+      mma.accumulate_ = GMMA::ScaleOut::Zero;
+      warpgroup_fence_operand(acc);
+      int prev_stage = -1;
+      for (int kb = 0; kb < num_kb; ++kb) {
+        cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
+        warpgroup_arrive();
+#pragma unroll
+        for (int k = 0; k < size<2>(tCrA); ++k) {
+          cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), acc);
+          mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<1>();
+        if (prev_stage >= 0 && signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+        prev_stage = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      warpgroup_wait<0>();
+      if (signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+      warpgroup_fence_operand(acc);
+
+      // Epilogue: masked direct stores from the wgmma accumulator layout. Thread (warp w of its
+      // warpgroup, lane l) holds rows r0 + 8 * rr (rr < 2), r0 = 64 * wg + 16 * w + l / 4, and
+      // columns 8 * j + 2 * (l % 4) + {0, 1} (j < BN / 8): acc index = c + 2 * rr + 4 * j.
+      const int r0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane_idx / 4;
+      const int c0 = 2 * (lane_idx % 4);
+      const bool swiglu = (p.epilogue & kGemmEpiSwiGLU) != 0;
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int r = r0 + 8 * rr;
+        if (r < t.rows) {
+          const int row = t.a_row0 + r;
+          __nv_bfloat16* crow = static_cast<__nv_bfloat16*>(p.c) + static_cast<int64_t>(row) * p.ldc;
+          const float scale = (p.epilogue & kGemmEpiRowScale) ? __ldg(p.row_scale + row) : 1.0f;
+          const bool accumulate = (p.epilogue & kGemmEpiAccumulate) != 0;
+          if (swiglu) {
+            const int col0 = t.n0 / 2 + c0;  // gate/up blocks of 8 -> output column n0/2 + 8j + c0
+#pragma unroll
+            for (int j = 0; j < kBN / 16; ++j) {
+              const int gi = 2 * rr + 4 * (2 * j), ui = gi + 4;
+              store_pair(crow, col0 + 8 * j, p.n_out, accumulate, scale, silu(acc(gi)) * acc(ui), silu(acc(gi + 1)) * acc(ui + 1));
+            }
+          } else {
+            const int col0 = t.n0 + c0;
+#pragma unroll
+            for (int j = 0; j < kBN / 8; ++j) {
+              const int ai = 2 * rr + 4 * j;
+              store_pair(crow, col0 + 8 * j, p.n_out, accumulate, scale, acc(ai), acc(ai + 1));
+            }
+          }
+        }
+      }
+    }
+    if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kEntryRegs>();
+  }
+}
+
+}  // namespace detail
+
+// Shared memory the task body needs (including 1 KB alignment slack), per tile shape.
+__host__ __device__ constexpr int gemm_smem_bytes(GemmTileShape s) {
+  return s == GemmTileShape::k128x128 ? detail::Config128x128::kSmemBytes : detail::Config128x256::kSmemBytes;
+}
+inline constexpr int kGemmSmemBytesMax =
+    detail::Config128x256::kSmemBytes > detail::Config128x128::kSmemBytes ? detail::Config128x256::kSmemBytes
+                                                                        : detail::Config128x128::kSmemBytes;
+
+// The task body. Dispatches on the problem's tile shape and operand majors (uniform branches).
+template <class Waiter>
+__device__ __forceinline__ void gemm_tile(const GemmParams& p, const GemmTileArgs& a, char* smem, int thread_idx,
+                                          Waiter& wait) {
+  using namespace detail;
+  const bool a_mn = (p.layout & kGemmAColMajor) != 0;
+  const bool b_mn = (p.layout & kGemmBTransposed) == 0;
+  if (p.tile_shape == GemmTileShape::k128x128) {
+    if (a_mn) {
+      if (b_mn) gemm_tile_impl<Config128x128, true, true, true>(p, a, smem, thread_idx, wait);
+      else      gemm_tile_impl<Config128x128, true, false, true>(p, a, smem, thread_idx, wait);
+    } else {
+      if (b_mn) gemm_tile_impl<Config128x128, false, true, true>(p, a, smem, thread_idx, wait);
+      else      gemm_tile_impl<Config128x128, false, false, true>(p, a, smem, thread_idx, wait);
+    }
+  } else {
+    if (a_mn) {
+      if (b_mn) gemm_tile_impl<Config128x256, true, true, true>(p, a, smem, thread_idx, wait);
+      else      gemm_tile_impl<Config128x256, true, false, true>(p, a, smem, thread_idx, wait);
+    } else {
+      if (b_mn) gemm_tile_impl<Config128x256, false, true, true>(p, a, smem, thread_idx, wait);
+      else      gemm_tile_impl<Config128x256, false, false, true>(p, a, smem, thread_idx, wait);
+    }
+  }
+}
+
+}  // namespace kosmos::kernels::gemm

@@ -1,0 +1,263 @@
+// GPU executor: uploads a plan, sizes the cooperative grid, launches the persistent kernel.
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "kernels/basic_tasks.h"
+#include "kosmos/cuda_check.h"
+#include "kosmos/runtime.h"
+#include "runtime/persistent_kernel.cuh"
+
+namespace kosmos::runtime {
+
+namespace {
+bool builtin_supports(plan::TaskKind k) { return k < plan::TaskKind::kGemmTile; }
+
+template <class T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t count = 0;
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (ptr) cudaFree(ptr);
+  }
+  Status alloc(size_t n) {
+    count = n;
+    KOSMOS_CUDA_CHECK(cudaMalloc(&ptr, sizeof(T) * (n ? n : 1)));
+    KOSMOS_CUDA_CHECK(cudaMemset(ptr, 0, sizeof(T) * (n ? n : 1)));
+    return Status::ok();
+  }
+  Status upload(const std::vector<T>& v) {
+    KOSMOS_RETURN_IF_ERROR(alloc(v.size()));
+    if (!v.empty()) KOSMOS_CUDA_CHECK(cudaMemcpy(ptr, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice));
+    return Status::ok();
+  }
+};
+}  // namespace
+
+const KernelVariant& builtin_kernel_variant() {
+  static const KernelVariant v{"builtin", reinterpret_cast<const void*>(&persistent_kernel<BuiltinBody>),
+                               BuiltinBody::kThreads, BuiltinBody::kSmemBytes, &builtin_supports};
+  return v;
+}
+
+struct GpuExecutor::Impl {
+  KernelVariant variant{};
+  KernelParams params{};
+  DeviceArray<plan::Task> tasks;
+  DeviceArray<plan::Wait> waits;
+  DeviceArray<plan::Signal> signals;
+  DeviceArray<uint64_t> counters, totals;
+  DeviceArray<RunState> state;
+  DeviceArray<ErrorRecord> error;
+  DeviceArray<void*> buffer_table;
+  DeviceArray<TraceRecord> trace;
+  DeviceArray<AuditRecord> audit;
+  std::vector<void*> host_buffer_table;
+  std::vector<void*> owned;  // executor-allocated buffers
+  uint32_t* host_abort = nullptr;  // mapped pinned
+  ~Impl() {
+    for (void* p : owned) cudaFree(p);
+    if (host_abort) cudaFreeHost(host_abort);
+  }
+};
+
+Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, std::unique_ptr<GpuExecutor>* out) {
+  KOSMOS_CHECK(out != nullptr, "GpuExecutor::create: out is null");
+  KOSMOS_CHECK(options.watchdog_seconds > 0, "GpuExecutor: watchdog_seconds must be > 0, got ", options.watchdog_seconds);
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    cudaGetLastError();
+    return Status(StatusCode::kUnavailable, "GpuExecutor: no CUDA device is visible");
+  }
+  int device = 0;
+  KOSMOS_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  KOSMOS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  KOSMOS_CHECK_CODE(prop.major == 9 && prop.minor == 0, StatusCode::kUnavailable, "GpuExecutor: kosmos kernels are built for sm_90a (Hopper); device ",
+                    device, " '", prop.name, "' is sm_", prop.major, prop.minor);
+  KOSMOS_CHECK_CODE(prop.cooperativeLaunch, StatusCode::kUnavailable, "GpuExecutor: device does not support cooperative launch");
+
+  const KernelVariant& variant = options.variant ? *options.variant : builtin_kernel_variant();
+  for (const plan::Task& t : plan.tasks) {
+    KOSMOS_CHECK(variant.supports(t.kind), "GpuExecutor: kernel variant '", variant.name, "' cannot run task ", t.id,
+                 " of kind ", plan::to_string(t.kind));
+    KOSMOS_RETURN_IF_ERROR(kernels::validate_builtin_task(plan, t));
+  }
+  KOSMOS_CHECK(plan.tasks.size() < kNoSlot, "GpuExecutor: too many tasks");
+
+  std::unique_ptr<GpuExecutor> ex(new GpuExecutor());
+  ex->plan_ = plan;
+  ex->impl_ = std::make_unique<Impl>();
+  Impl& im = *ex->impl_;
+  im.variant = variant;
+
+  // Grid: every SM x the occupancy the variant allows. Cooperative launch refuses grids that
+  // cannot be co-resident, so this is checked by the driver as well as computed here.
+  if (variant.dynamic_smem_bytes > 48 * 1024)
+    KOSMOS_CUDA_CHECK(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(variant.dynamic_smem_bytes)));
+  int per_sm = 0;
+  KOSMOS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, variant.kernel, variant.threads,
+                                                                  variant.dynamic_smem_bytes));
+  KOSMOS_CHECK_CODE(per_sm >= 1, StatusCode::kUnavailable, "GpuExecutor: kernel '", variant.name,
+                    "' cannot be resident (threads ", variant.threads, ", smem ", variant.dynamic_smem_bytes, ")");
+  ex->num_sms_ = prop.multiProcessorCount;
+  ex->ctas_per_sm_ = per_sm;
+  ex->grid_ = prop.multiProcessorCount * per_sm;
+  if (options.max_ctas > 0) ex->grid_ = std::min(ex->grid_, options.max_ctas);
+
+  KOSMOS_RETURN_IF_ERROR(im.tasks.upload(plan.tasks));
+  KOSMOS_RETURN_IF_ERROR(im.waits.upload(plan.waits));
+  KOSMOS_RETURN_IF_ERROR(im.signals.upload(plan.signals));
+  KOSMOS_RETURN_IF_ERROR(im.counters.alloc(size_t(plan.world) * plan.num_counters));
+  KOSMOS_RETURN_IF_ERROR(im.totals.upload(plan.counter_totals));
+  KOSMOS_RETURN_IF_ERROR(im.state.alloc(1));
+  KOSMOS_RETURN_IF_ERROR(im.error.alloc(1));
+  if (options.trace) KOSMOS_RETURN_IF_ERROR(im.trace.alloc(plan.tasks.size()));
+  if (options.audit) KOSMOS_RETURN_IF_ERROR(im.audit.alloc(plan.tasks.size()));
+  KOSMOS_CUDA_CHECK(cudaHostAlloc(&im.host_abort, sizeof(uint32_t), cudaHostAllocMapped));
+  *im.host_abort = 0;
+  uint32_t* abort_dev = nullptr;
+  KOSMOS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&abort_dev), im.host_abort, 0));
+
+  im.host_buffer_table.assign(plan.buffers.size() * plan.world, nullptr);
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    if (plan.buffers[b].external) continue;
+    for (uint32_t r = 0; r < plan.world; ++r) {
+      void* p = nullptr;
+      KOSMOS_CUDA_CHECK(cudaMalloc(&p, std::max<uint64_t>(plan.buffers[b].bytes_per_rank, 16)));
+      im.owned.push_back(p);
+      KOSMOS_CUDA_CHECK(cudaMemset(p, 0, plan.buffers[b].bytes_per_rank));
+      im.host_buffer_table[b * plan.world + r] = p;
+    }
+  }
+  KOSMOS_RETURN_IF_ERROR(im.buffer_table.upload(im.host_buffer_table));
+
+  KernelParams& p = im.params;
+  p.tasks = im.tasks.ptr;
+  p.waits = im.waits.ptr;
+  p.signals = im.signals.ptr;
+  p.counters = im.counters.ptr;
+  p.totals = im.totals.ptr;
+  p.state = im.state.ptr;
+  p.error = im.error.ptr;
+  p.host_abort = abort_dev;
+  p.buffers = im.buffer_table.ptr;
+  p.trace = options.trace ? im.trace.ptr : nullptr;
+  p.audit = options.audit ? im.audit.ptr : nullptr;
+  p.num_tasks = uint32_t(plan.tasks.size());
+  p.world = plan.world;
+  p.num_counters = plan.num_counters;
+  p.num_buffers = uint32_t(plan.buffers.size());
+  p.watchdog_ns = uint64_t(options.watchdog_seconds * 1e9);
+  p.sys_scope = 0;  // virtual ranks on one GPU; the multi-GPU transport sets .sys
+  *out = std::move(ex);
+  return Status::ok();
+}
+
+GpuExecutor::~GpuExecutor() = default;
+
+Status GpuExecutor::bind_buffer(uint32_t buffer, uint32_t rank, void* device_ptr) {
+  KOSMOS_CHECK(buffer < plan_.buffers.size(), "bind_buffer: buffer ", buffer, " does not exist");
+  KOSMOS_CHECK(plan_.buffers[buffer].external, "bind_buffer: buffer '", plan_.buffers[buffer].name,
+               "' is allocated by the executor, not external");
+  KOSMOS_CHECK(rank < plan_.world, "bind_buffer: rank ", rank, " out of range for world ", plan_.world);
+  cudaPointerAttributes attr{};
+  KOSMOS_CUDA_CHECK(cudaPointerGetAttributes(&attr, device_ptr));
+  KOSMOS_CHECK(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, "bind_buffer: buffer '",
+               plan_.buffers[buffer].name, "' rank ", rank, ": pointer ", device_ptr, " is not device memory");
+  impl_->host_buffer_table[size_t(buffer) * plan_.world + rank] = device_ptr;
+  KOSMOS_CUDA_CHECK(cudaMemcpy(impl_->buffer_table.ptr, impl_->host_buffer_table.data(),
+                               sizeof(void*) * impl_->host_buffer_table.size(), cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
+void* GpuExecutor::buffer(uint32_t buffer, uint32_t rank) const {
+  return impl_->host_buffer_table.at(size_t(buffer) * plan_.world + rank);
+}
+
+Status GpuExecutor::set_body_params(const void* data, size_t bytes) {
+  KOSMOS_CHECK(bytes <= kBodyParamBytes, "set_body_params: ", bytes, " bytes exceed the ", kBodyParamBytes, " available");
+  std::memcpy(impl_->params.body, data, bytes);
+  return Status::ok();
+}
+
+Status GpuExecutor::run(cudaStream_t stream) {
+  for (size_t i = 0; i < impl_->host_buffer_table.size(); ++i)
+    KOSMOS_CHECK(impl_->host_buffer_table[i] != nullptr, "run: external buffer '", plan_.buffers[i / plan_.world].name,
+                 "' of rank ", i % plan_.world, " is not bound");
+  if (plan_.tasks.empty()) return Status::ok();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid_);
+  cfg.blockDim = dim3(impl_->variant.threads);
+  cfg.dynamicSmemBytes = impl_->variant.dynamic_smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* args[] = {&impl_->params};
+  KOSMOS_CUDA_CHECK(cudaLaunchKernelExC(&cfg, impl_->variant.kernel, args));
+  return Status::ok();
+}
+
+Status GpuExecutor::finish(cudaStream_t stream) {
+  KOSMOS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ErrorRecord rec{};
+  KOSMOS_CUDA_CHECK(cudaMemcpy(&rec, impl_->error.ptr, sizeof(rec), cudaMemcpyDeviceToHost));
+  if (rec.kind == uint32_t(ErrorKind::kNone)) return Status::ok();
+  // Recover: counters and the epoch restart from zero; the next run starts clean.
+  Impl& im = *impl_;
+  KOSMOS_CUDA_CHECK(cudaMemset(im.counters.ptr, 0, sizeof(uint64_t) * std::max<size_t>(im.counters.count, 1)));
+  KOSMOS_CUDA_CHECK(cudaMemset(im.state.ptr, 0, sizeof(RunState)));
+  KOSMOS_CUDA_CHECK(cudaMemset(im.error.ptr, 0, sizeof(ErrorRecord)));
+  KOSMOS_CUDA_CHECK(cudaDeviceSynchronize());
+  *im.host_abort = 0;
+  const StatusCode code = rec.kind == uint32_t(ErrorKind::kHostAbort) ? StatusCode::kAborted : StatusCode::kTimeout;
+  if (rec.task_id == kNoSlot) return Status(code, "run aborted by the host between tasks");
+  return Status(code, describe(rec, plan_));
+}
+
+Status GpuExecutor::abort() {
+  *reinterpret_cast<volatile uint32_t*>(impl_->host_abort) = 1;
+  return Status::ok();
+}
+
+Status GpuExecutor::clear_abort() {
+  *reinterpret_cast<volatile uint32_t*>(impl_->host_abort) = 0;
+  return Status::ok();
+}
+
+Status GpuExecutor::read_trace(std::vector<TraceRecord>* out) const {
+  KOSMOS_CHECK(impl_->params.trace != nullptr, "read_trace: executor was created without trace");
+  out->resize(plan_.tasks.size());
+  KOSMOS_CUDA_CHECK(cudaMemcpy(out->data(), impl_->trace.ptr, sizeof(TraceRecord) * out->size(), cudaMemcpyDeviceToHost));
+  return Status::ok();
+}
+
+Status GpuExecutor::read_audit(std::vector<AuditRecord>* out) const {
+  KOSMOS_CHECK(impl_->params.audit != nullptr, "read_audit: executor was created without audit");
+  out->resize(plan_.tasks.size());
+  KOSMOS_CUDA_CHECK(cudaMemcpy(out->data(), impl_->audit.ptr, sizeof(AuditRecord) * out->size(), cudaMemcpyDeviceToHost));
+  return Status::ok();
+}
+
+Status GpuExecutor::read_epoch(uint64_t* out) const {
+  RunState s{};
+  KOSMOS_CUDA_CHECK(cudaMemcpy(&s, impl_->state.ptr, sizeof(s), cudaMemcpyDeviceToHost));
+  *out = s.epoch;
+  return Status::ok();
+}
+
+Status GpuExecutor::read_counter(uint32_t rank, uint32_t counter, uint64_t* out) const {
+  KOSMOS_CHECK(rank < plan_.world && counter < plan_.num_counters, "read_counter: (", rank, ", ", counter, ") out of range");
+  KOSMOS_CUDA_CHECK(cudaMemcpy(out, impl_->counters.ptr + size_t(rank) * plan_.num_counters + counter, 8,
+                               cudaMemcpyDeviceToHost));
+  return Status::ok();
+}
+
+}  // namespace kosmos::runtime

@@ -1,0 +1,37 @@
+// Launch parameters of the persistent kernel (grid-invariant, passed as __grid_constant__).
+#pragma once
+
+#include <cstdint>
+
+#include "kosmos/plan.h"
+#include "kosmos/runtime_types.h"
+
+namespace kosmos::runtime {
+
+// Room for op-specific parameters (e.g. GEMM tensor maps, 128 B each). Kernel parameters may be
+// up to 32 KB on sm_90 with CUDA 12.1+.
+inline constexpr size_t kBodyParamBytes = 8192;
+
+struct KernelParams {
+  const plan::Task* tasks;      // [num_tasks] in claim order
+  const plan::Wait* waits;
+  const plan::Signal* signals;
+  uint64_t* counters;           // [world][num_counters]
+  const uint64_t* totals;       // [world][num_counters] per-run sums
+  RunState* state;
+  ErrorRecord* error;
+  const volatile uint32_t* host_abort;  // mapped pinned host memory
+  void* const* buffers;         // [num_buffers][world]
+  TraceRecord* trace;           // [num_tasks] or null
+  AuditRecord* audit;           // [num_tasks] or null
+  uint32_t num_tasks;
+  uint32_t world;
+  uint32_t num_counters;
+  uint32_t num_buffers;
+  uint64_t watchdog_ns;
+  uint32_t sys_scope;           // 1: counters/buffers span GPUs, use .sys fences and atomics
+  uint32_t reserved;
+  alignas(128) unsigned char body[kBodyParamBytes];
+};
+
+}  // namespace kosmos::runtime

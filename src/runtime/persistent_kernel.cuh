@@ -1,0 +1,245 @@
+// The persistent runtime loop: one cooperative launch, every CTA schedules itself.
+//
+// Per CTA (all threads; thread 0 is the scheduler thread):
+//   loop:
+//     thread 0: slot = atomicAdd(ticket, 1)      -- claim the next task in plan order
+//               stop if slot >= num_tasks or the abort flag is set
+//     thread 0: for each wait: spin ld.acquire(counter) >= epoch * total + target  (watchdog)
+//     __syncthreads                               -- the acquire now covers the whole CTA
+//     all:      body (built-in kind, or Body::run for op kinds)
+//     __syncthreads                               -- all payload stores precede the release below
+//     thread 0: fence.acq_rel.{gpu|sys}; red.release.{gpu|sys}.add on every signalled counter
+//   exit: the last CTA out (done == grid - 1) resets ticket/done and advances the epoch.
+//
+// Deadlock freedom (docs/design/runtime.md): the plan order is topological, claims follow it, and
+// all CTAs are co-resident (cooperative launch), so the lowest unfinished claimed task always has
+// its dependencies finished and makes progress.
+//
+// Shared memory: a few scalars static; the dynamic part belongs to the task bodies.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/kernel_params.h"
+#include "runtime/sync.cuh"
+
+namespace kosmos::runtime {
+
+inline constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
+
+// What a task body sees of the runtime.
+struct TaskContext {
+  const KernelParams* p;
+  uint64_t epoch;
+  uint32_t sm_idx;
+  uint32_t cta;
+  int thread_idx;
+
+  __device__ void* buffer(uint32_t buffer, uint32_t rank) const {
+    return p->buffers[size_t(buffer) * p->world + rank];
+  }
+  // Record a timeout (first one wins) and raise the abort flag.
+  __device__ void record_timeout(const plan::Task& t, uint32_t counter, uint64_t expected, uint64_t observed,
+                                 uint64_t waited_ns, ErrorKind kind) const {
+    if (atomicCAS(&p->error->kind, 0u, uint32_t(kind)) == 0u) {
+      ErrorRecord& e = *p->error;
+      e.rank = t.rank;
+      e.sm = sm_idx;
+      e.cta = cta;
+      e.task_id = t.id;
+      e.task_kind = uint32_t(t.kind);
+      e.counter = counter;
+      e.expected = expected;
+      e.observed = observed;
+      e.waited_ns = waited_ns;
+      e.epoch = epoch;
+    }
+    __threadfence();
+    atomicExch(&p->state->abort, 1u);
+  }
+  __device__ bool aborted() const { return ld_relaxed_gpu(&p->state->abort) != 0u; }
+
+  // Called by ONE thread. Spins until counter (of task t's rank) >= epoch*total + target.
+  // Returns false when the run is ending (timeout here, or abort raised elsewhere).
+  __device__ bool wait_counter(const plan::Task& t, uint32_t counter, uint32_t target) const {
+    const size_t slot = size_t(t.rank) * p->num_counters + counter;
+    const uint64_t expected = epoch * p->totals[slot] + target;
+    const uint64_t* c = p->counters + slot;
+    uint64_t v = p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
+    if (v >= expected) return true;
+    const uint64_t t0 = globaltimer_ns();
+    for (uint32_t spin = 1;; ++spin) {
+      v = p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
+      if (v >= expected) return true;
+      if ((spin & 63u) == 0u) {
+        if (aborted()) return false;
+        const uint64_t waited = globaltimer_ns() - t0;
+        if ((spin & 4095u) == 0u && *p->host_abort) {
+          record_timeout(t, counter, expected, v, waited, ErrorKind::kHostAbort);
+          return false;
+        }
+        if (waited > p->watchdog_ns) {
+          record_timeout(t, counter, expected, v, waited, ErrorKind::kTimeout);
+          return false;
+        }
+        if (spin > 4096u) __nanosleep(100);
+      }
+    }
+  }
+};
+
+// ---- built-in task bodies (all threads of the CTA) ---------------------------------------------
+__device__ inline void run_spin(const plan::Task& t, const TaskContext& ctx) {
+  if (ctx.thread_idx != 0) return;
+  const uint64_t ns = t.args<plan::SpinArgs>().ns;
+  const uint64_t t0 = globaltimer_ns();
+  while (globaltimer_ns() - t0 < ns) {
+  }
+}
+
+__device__ inline void run_copy(const plan::Task& t, const TaskContext& ctx, int num_threads) {
+  const auto a = t.args<plan::CopyArgs>();
+  const char* src = static_cast<const char*>(ctx.buffer(a.src_buffer, a.src_rank)) + a.src_offset;
+  char* dst = static_cast<char*>(ctx.buffer(a.dst_buffer, a.dst_rank)) + a.dst_offset;
+  uint64_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15u) == 0u) {
+    const uint64_t vecs = a.bytes / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    uint64_t i = ctx.thread_idx;
+    // 4 independent 16-byte loads in flight per thread
+    for (; i + 3ull * num_threads < vecs; i += 4ull * num_threads) {
+      uint4 v0 = s[i], v1 = s[i + num_threads], v2 = s[i + 2ull * num_threads], v3 = s[i + 3ull * num_threads];
+      d[i] = v0;
+      d[i + num_threads] = v1;
+      d[i + 2ull * num_threads] = v2;
+      d[i + 3ull * num_threads] = v3;
+    }
+    for (; i < vecs; i += num_threads) d[i] = s[i];
+    done = vecs * 16;
+  }
+  for (uint64_t i = done + ctx.thread_idx; i < a.bytes; i += num_threads) dst[i] = src[i];
+}
+
+__device__ inline void run_checksum(const plan::Task& t, const TaskContext& ctx, int num_threads) {
+  __shared__ unsigned long long partial[32];
+  const auto a = t.args<plan::ChecksumArgs>();
+  const uint32_t* src =
+      reinterpret_cast<const uint32_t*>(static_cast<const char*>(ctx.buffer(a.src_buffer, a.src_rank)) + a.offset);
+  const uint64_t words = a.bytes / 4;
+  unsigned long long sum = 0;
+  for (uint64_t i = ctx.thread_idx; i < words; i += num_threads) sum += uint64_t(src[i]) * (2 * i + 1);
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+  const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32;
+  if (lane_idx == 0) partial[warp_idx] = sum;
+  __syncthreads();
+  if (ctx.thread_idx == 0) {
+    unsigned long long total = 0;
+    for (int w = 0; w < num_threads / 32; ++w) total += partial[w];
+    *reinterpret_cast<unsigned long long*>(static_cast<char*>(ctx.buffer(a.out_buffer, a.out_rank)) + a.out_offset) =
+        total;
+  }
+}
+
+// Body: struct with `static constexpr int kThreads`, `static constexpr size_t kSmemBytes`, and
+// `__device__ static void run(const plan::Task&, const TaskContext&, char* smem)` for op kinds.
+template <class Body>
+__global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __grid_constant__ KernelParams p) {
+  extern __shared__ __align__(1024) char smem[];
+  __shared__ uint32_t s_slot;
+  __shared__ uint32_t s_ok;
+  __shared__ uint64_t s_epoch;
+  const int thread_idx = threadIdx.x;
+  if (thread_idx == 0) s_epoch = *reinterpret_cast<volatile uint64_t*>(&p.state->epoch);
+  __syncthreads();
+  TaskContext ctx{&p, s_epoch, smid(), blockIdx.x, thread_idx};
+
+  for (uint32_t claims = 0;; ++claims) {
+    if (thread_idx == 0) {
+      uint32_t slot = kNoSlot;
+      if ((claims & 255u) == 255u && *p.host_abort) {
+        plan::Task none{};
+        none.id = kNoSlot;
+        ctx.record_timeout(none, kNoSlot, 0, 0, 0, ErrorKind::kHostAbort);
+      }
+      if (!ctx.aborted()) {
+        slot = atomicAdd(&p.state->ticket, 1u);
+        if (slot >= p.num_tasks) slot = kNoSlot;
+      }
+      s_slot = slot;
+    }
+    __syncthreads();
+    const uint32_t slot = s_slot;
+    if (slot == kNoSlot) break;
+    const plan::Task task = p.tasks[slot];
+
+    uint64_t start_ns = 0;
+    if (thread_idx == 0) {
+      bool ok = true;
+      for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
+        const plan::Wait wt = p.waits[task.first_wait + w];
+        ok = ctx.wait_counter(task, wt.counter, wt.target);
+      }
+      s_ok = ok;
+      start_ns = globaltimer_ns();
+      if (ok && p.audit) {
+        AuditRecord& a = p.audit[slot];
+        a.start_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
+        a.cta = blockIdx.x;
+      }
+    }
+    __syncthreads();
+    if (!s_ok) continue;  // the run is ending; abandon the task (its signals are never sent)
+
+    switch (task.kind) {
+      case plan::TaskKind::kNop: break;
+      case plan::TaskKind::kSpin: run_spin(task, ctx); break;
+      case plan::TaskKind::kCopy: run_copy(task, ctx, Body::kThreads); break;
+      case plan::TaskKind::kChecksum: run_checksum(task, ctx, Body::kThreads); break;
+      default: Body::run(task, ctx, smem); break;
+    }
+    __syncthreads();
+
+    if (thread_idx == 0) {
+      if (p.audit) {
+        AuditRecord& a = p.audit[slot];
+        a.runs += 1;
+        a.end_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
+      }
+      if (p.trace) {
+        TraceRecord r{task.id, uint16_t(task.kind), task.rank, ctx.sm_idx, blockIdx.x, start_ns, globaltimer_ns()};
+        p.trace[slot] = r;
+      }
+      if (task.num_signals) {
+        if (p.sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
+        for (uint32_t s = 0; s < task.num_signals; ++s) {
+          const plan::Signal sg = p.signals[task.first_signal + s];
+          uint64_t* c = p.counters + size_t(sg.rank) * p.num_counters + sg.counter;
+          if (p.sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
+        }
+      }
+    }
+  }
+
+  // Exit: the last CTA resets the claim state and, if the run completed, advances the epoch.
+  if (thread_idx == 0) {
+    __threadfence();
+    const uint32_t prev = atomicAdd(&p.state->done, 1u);
+    if (prev == gridDim.x - 1) {
+      __threadfence();
+      p.state->ticket = 0;
+      p.state->done = 0;
+      if (!ctx.aborted()) p.state->epoch = ctx.epoch + 1;
+      __threadfence();
+    }
+  }
+}
+
+// The built-in variant: no op kinds.
+struct BuiltinBody {
+  static constexpr int kThreads = 256;
+  static constexpr size_t kSmemBytes = 0;
+  __device__ static void run(const plan::Task&, const TaskContext&, char*) {}
+};
+
+}  // namespace kosmos::runtime

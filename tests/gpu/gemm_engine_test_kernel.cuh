@@ -1,0 +1,46 @@
+// Standalone persistent kernel around gemm_tile for the engine's own tests and benchmark (until the
+// runtime integrates it): 384 threads, grid <= SM count, static round-robin over runs of tiles.
+// Raster: m runs grouped `group_m_runs` at a time; inside a group, m fastest, then n.
+#pragma once
+
+#include "kernels/gemm/gemm_tile.cuh"
+
+namespace kosmos::kernels::gemm::testing {
+
+__global__ void __launch_bounds__(384, 1)
+    gemm_engine_kernel(const __grid_constant__ GemmParams p, int run, int group_m_runs) {
+  extern __shared__ __align__(1024) char smem[];
+  NoWait no_wait;
+  const int m_runs = (p.num_m_tiles + run - 1) / run;
+  const int total = m_runs * p.num_n_tiles;
+  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    const int per_group = group_m_runs * p.num_n_tiles;
+    const int group = t / per_group;
+    const int within = t % per_group;
+    const int rows_in_group = min(group_m_runs, m_runs - group * group_m_runs);
+    const int m_run = group * group_m_runs + within % rows_in_group;
+    const int n_tile = within / rows_in_group;
+    const GemmTileArgs args{0, uint32_t(m_run * run), uint32_t(n_tile), uint32_t(run), {}};
+    gemm_tile(p, args, smem, threadIdx.x, no_wait);
+    __syncthreads();
+  }
+}
+
+// Launches the kernel on every SM (or fewer when there is less work).
+inline cudaError_t launch_gemm_engine(const GemmParams& p, int num_sms, int run = 1, int group_m_runs = 16,
+                                      cudaStream_t stream = nullptr) {
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(gemm_engine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemmSmemBytesMax);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  const int m_runs = (p.num_m_tiles + run - 1) / run;
+  const int total = m_runs * p.num_n_tiles;
+  const int grid = total < num_sms ? total : num_sms;
+  gemm_engine_kernel<<<grid, 384, gemm_smem_bytes(p.tile_shape), stream>>>(p, run, group_m_runs);
+  return cudaGetLastError();
+}
+
+}  // namespace kosmos::kernels::gemm::testing
