@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <regex>
 
 #include "kosmos/runtime.h"
 
@@ -40,16 +41,12 @@ std::string git_commit() {
 }
 
 static std::string nvidia_driver() {
+  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
   std::ifstream f("/proc/driver/nvidia/version");
   std::string line;
   if (f && std::getline(f, line)) {
-    auto pos = line.find("Kernel Module");
-    if (pos != std::string::npos) {
-      std::string rest = line.substr(pos + 13);
-      size_t a = rest.find_first_not_of(' ');
-      size_t b = rest.find(' ', a);
-      return rest.substr(a, b - a);
-    }
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex("\\s(\\d{3,}\\.\\d+(\\.\\d+)?)\\s"))) return m[1];
   }
   return "";
 }

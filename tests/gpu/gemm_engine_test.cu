@@ -405,7 +405,7 @@ TEST(GemmEngineHost, RejectsBadInputsWithClearMessages) {
 TEST(GemmEngineHost, HostTileMatchesFp64) {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<Case> cases = {mk(200, 300, 70, false, false),           mk(130, 260, 33, true, true),
-                             mk(129, 40, 65, false, true, kGemmEpiSwiGLU | kGemmEpiRowScale),
+                             mk(129, 48, 65, false, true, kGemmEpiSwiGLU | kGemmEpiRowScale),
                              mk(50, 20, 7, true, false, kGemmEpiAccumulate)};
   Case grouped = mk(0, 272, 40, false, true, kGemmEpiSwiGLU);
   grouped.group_m = {0, 130, 5, 0, 1};
