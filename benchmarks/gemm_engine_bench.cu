@@ -121,6 +121,7 @@ struct Row {
 GemmTileShape parse_shape(const std::string& s) {
   if (s == "256") return GemmTileShape::k128x256;
   if (s == "128") return GemmTileShape::k128x128;
+  if (s == "64") return GemmTileShape::k128x64;
   return GemmTileShape::kAuto;
 }
 
@@ -182,7 +183,7 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
   r.ref2_ms = 0;
   r.ref_name = "cublasGemmEx";
   r.flops = 2.0 * M * N * K;
-  r.shape = P[0].tile_shape == GemmTileShape::k128x128 ? "128x128" : "128x256";
+  r.shape = "128x" + std::to_string(gemm_block_n(P[0].tile_shape));
   char nm[96];
   std::snprintf(nm, sizeof(nm), "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
   r.name = nm;
@@ -311,7 +312,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   r.ref_name = "cublasGemmGroupedBatchedEx";
   r.ref2_name = "dense cublasGemmEx, same total M";
   r.flops = 2.0 * total * N * K;
-  r.shape = P[0].tile_shape == GemmTileShape::k128x128 ? "128x128" : "128x256";
+  r.shape = "128x" + std::to_string(gemm_block_n(P[0].tile_shape));
   char nm[128];
   std::snprintf(nm, sizeof(nm), "%s G=%d rows=%d N=%lld K=%lld", name, G, total, (long long)N, (long long)K);
   r.name = nm;

@@ -77,4 +77,10 @@ Status write_json(const std::string& path, const nlohmann::json& j) {
   return Status::ok();
 }
 
+void add_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks of fused ops against their baselines (same process, same run)");
+  bench->require_subcommand(1);
+  add_bench_gemm(*bench);
+}
+
 }  // namespace kosmos::cli

@@ -15,6 +15,8 @@ void add_plan(CLI::App& app);
 void add_trace(CLI::App& app);
 void add_runtime_bench(CLI::App& app);
 void add_demo(CLI::App& app);
+void add_bench(CLI::App& app);
+void add_bench_gemm(CLI::App& bench);
 
 // "gpu" if a Hopper GPU is visible, else "cpu"; `requested` may force either ("auto" decides).
 std::string pick_executor(const std::string& requested);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kosmos::cli::add_trace(app);
   kosmos::cli::add_runtime_bench(app);
   kosmos::cli::add_demo(app);
+  kosmos::cli::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -33,9 +33,9 @@ inline std::string check_audit(const plan::Plan& p, const std::vector<runtime::A
       uint64_t arrived = p.external_totals.empty() ? 0 : p.external_totals[slot];
       for (auto [amount, end] : sig[slot])
         if (end < audit[i].start_seq) arrived += amount;
-      if (arrived < wt.target)
+      if (arrived < wt.value())
         return "task " + std::to_string(t.id) + " started (seq " + std::to_string(audit[i].start_seq) + ") when only " +
-               std::to_string(arrived) + " of " + std::to_string(wt.target) + " had arrived on counter " +
+               std::to_string(arrived) + " of " + std::to_string(wt.value()) + " had arrived on counter " +
                std::to_string(wt.counter);
     }
   }

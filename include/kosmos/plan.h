@@ -29,15 +29,24 @@ enum class TaskKind : uint16_t {
   kCopy = 2,       // copies CopyArgs::bytes between two buffers (any ranks)
   kChecksum = 3,   // writes a 64-bit checksum of a buffer range into another buffer
   kGemmTile = 16,  // one output tile of a GEMM (kernels/gemm); payload GemmTileArgs
+  kReduceTile = 17,  // fixed-order sum of `world` bf16 tiles into one or all ranks; ReduceArgs
   kNumKinds,
 };
 const char* to_string(TaskKind kind);
 bool is_known(TaskKind kind);
 
 // Wait until this task's rank's counter `counter` >= epoch * total + target.
+// kWaitAll as target: everything signalled into the counter this run (target = total).
+// kDeferredWait or-ed into target: the task body waits (e.g. a GEMM tile per k-block, inside its
+// pipeline); the runtime loop skips it, the planner still orders by it, the CPU executor waits
+// it before the body.
+inline constexpr uint32_t kDeferredWait = 1u << 31;
+inline constexpr uint32_t kWaitAll = kDeferredWait - 1;
 struct Wait {
   uint32_t counter;
   uint32_t target;
+  KOSMOS_HOST_DEVICE uint32_t value() const { return target & ~kDeferredWait; }
+  KOSMOS_HOST_DEVICE bool deferred() const { return (target & kDeferredWait) != 0; }
 };
 static_assert(sizeof(Wait) == 8);
 

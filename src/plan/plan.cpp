@@ -22,6 +22,7 @@ const char* to_string(TaskKind kind) {
     case TaskKind::kCopy: return "copy";
     case TaskKind::kChecksum: return "checksum";
     case TaskKind::kGemmTile: return "gemm_tile";
+    case TaskKind::kReduceTile: return "reduce_tile";
     case TaskKind::kNumKinds: break;
   }
   return "unknown";
@@ -103,7 +104,7 @@ std::vector<uint32_t> greedy_order(const std::vector<Task>& tasks, const std::ve
     const Task& t = tasks[i];
     for (uint32_t w = 0; w < t.num_waits; ++w) {
       const Wait& wt = waits[t.first_wait + w];
-      if (wt.target <= value[size_t(t.rank) * num_counters + wt.counter]) continue;
+      if (wt.value() <= value[size_t(t.rank) * num_counters + wt.counter]) continue;
       ++missing[i];
       waiters[size_t(t.rank) * num_counters + wt.counter].push_back({i, t.first_wait + w});
     }
@@ -122,7 +123,7 @@ std::vector<uint32_t> greedy_order(const std::vector<Task>& tasks, const std::ve
       uint64_t before = value[slot];
       value[slot] += sg.amount;
       for (auto [j, w] : waiters[slot]) {
-        uint64_t target = waits[w].target;
+        uint64_t target = waits[w].value();
         if (before < target && value[slot] >= target && --missing[j] == 0) ready.push(j);
       }
     }
@@ -209,12 +210,17 @@ Status PlanBuilder::build(Plan* out) const {
   }
   for (const Task& t : tasks) {
     for (uint32_t w = 0; w < t.num_waits; ++w) {
-      const Wait& wt = waits[t.first_wait + w];
+      Wait& wt = waits[t.first_wait + w];
       uint64_t total = totals[size_t(t.rank) * C + wt.counter];
-      KOSMOS_CHECK_CODE(total > 0 || wt.target == 0, StatusCode::kInvalidPlan, task_name(t), " waits on counter ",
-                        wt.counter, " of rank ", t.rank, " (target ", wt.target, "), which no task signals");
-      KOSMOS_CHECK_CODE(wt.target <= total, StatusCode::kInvalidPlan, task_name(t), " waits for counter ", wt.counter,
-                        " of rank ", t.rank, " to reach ", wt.target, ", which can never be reached: all tasks together signal ",
+      if (wt.value() == kWaitAll) {
+        KOSMOS_CHECK_CODE(total < kWaitAll, StatusCode::kInvalidPlan, task_name(t), " waits for all of counter ", wt.counter,
+                          ", whose per-run total ", total, " is too large");
+        wt.target = uint32_t(total) | (wt.target & kDeferredWait);
+      }
+      KOSMOS_CHECK_CODE(total > 0 || wt.value() == 0, StatusCode::kInvalidPlan, task_name(t), " waits on counter ",
+                        wt.counter, " of rank ", t.rank, " (target ", wt.value(), "), which no task signals");
+      KOSMOS_CHECK_CODE(wt.value() <= total, StatusCode::kInvalidPlan, task_name(t), " waits for counter ", wt.counter,
+                        " of rank ", t.rank, " to reach ", wt.value(), ", which can never be reached: all tasks together signal ",
                         total, " per run");
     }
   }
@@ -251,7 +257,7 @@ Status PlanBuilder::build(Plan* out) const {
           if (hits) {
             next = j;
             step = task_name(t) + " waits on counter " + std::to_string(wt.counter) + " (target " +
-                   std::to_string(wt.target) + ") signalled by " + task_name(s);
+                   std::to_string(wt.value()) + ") signalled by " + task_name(s);
             break;
           }
         }

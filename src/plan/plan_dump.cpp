@@ -47,7 +47,7 @@ std::string dump(const Plan& plan, size_t max_tasks) {
     std::ostringstream w, s;
     for (uint32_t k = 0; k < t.num_waits; ++k) {
       const Wait& wt = plan.waits[t.first_wait + k];
-      w << (k ? " " : "") << "c" << wt.counter << ">=" << wt.target;
+      w << (k ? " " : "") << "c" << wt.counter << ">=" << wt.value() << (wt.deferred() ? "(in body)" : "");
     }
     for (uint32_t k = 0; k < t.num_signals; ++k) {
       const Signal& sg = plan.signals[t.first_signal + k];

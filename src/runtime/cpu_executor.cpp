@@ -107,7 +107,8 @@ void CpuExecutor::fail(const ErrorRecord& rec) {
 
 bool CpuExecutor::wait_counter(const plan::Task& t, uint32_t worker, uint32_t counter, uint32_t target) {
   const size_t slot = size_t(t.rank) * plan_.num_counters + counter;
-  const uint64_t expected = epoch_ * plan_.counter_totals[slot] + target;
+  const uint64_t total = plan_.counter_totals[slot];
+  const uint64_t expected = epoch_ * total + (target == plan::kWaitAll ? total : target);
   std::atomic<uint64_t>& c = counters_[slot];
   uint64_t v = c.load(std::memory_order_acquire);
   if (v >= expected) return true;
@@ -182,7 +183,7 @@ void CpuExecutor::worker_loop(uint32_t worker, const std::vector<uint32_t>& orde
     bool ok = true;
     for (uint32_t w = 0; w < t.num_waits && ok; ++w) {
       const plan::Wait& wt = plan_.waits[t.first_wait + w];
-      ok = wait_counter(t, worker, wt.counter, wt.target);
+      ok = wait_counter(t, worker, wt.counter, wt.value());  // deferred waits too: bodies here do not wait
     }
     if (!ok) return;
     const uint64_t start = now_ns();

@@ -10,7 +10,7 @@ namespace kosmos::runtime {
 
 // Room for op-specific parameters (e.g. GEMM tensor maps, 128 B each). Kernel parameters may be
 // up to 32 KB on sm_90 with CUDA 12.1+.
-inline constexpr size_t kBodyParamBytes = 8192;
+inline constexpr size_t kBodyParamBytes = 16384;
 
 struct KernelParams {
   const plan::Task* tasks;      // [num_tasks] in claim order

@@ -35,11 +35,11 @@ struct TaskContext {
   uint32_t cta;
   int thread_idx;
 
-  __device__ void* buffer(uint32_t buffer, uint32_t rank) const {
+  __device__ __forceinline__ void* buffer(uint32_t buffer, uint32_t rank) const {
     return p->buffers[size_t(buffer) * p->world + rank];
   }
   // Record a timeout (first one wins) and raise the abort flag.
-  __device__ void record_timeout(const plan::Task& t, uint32_t counter, uint64_t expected, uint64_t observed,
+  __device__ __forceinline__ void record_timeout(const plan::Task& t, uint32_t counter, uint64_t expected, uint64_t observed,
                                  uint64_t waited_ns, ErrorKind kind) const {
     if (atomicCAS(&p->error->kind, 0u, uint32_t(kind)) == 0u) {
       ErrorRecord& e = *p->error;
@@ -57,13 +57,14 @@ struct TaskContext {
     __threadfence();
     atomicExch(&p->state->abort, 1u);
   }
-  __device__ bool aborted() const { return ld_relaxed_gpu(&p->state->abort) != 0u; }
+  __device__ __forceinline__ bool aborted() const { return ld_relaxed_gpu(&p->state->abort) != 0u; }
 
   // Called by ONE thread. Spins until counter (of task t's rank) >= epoch*total + target.
   // Returns false when the run is ending (timeout here, or abort raised elsewhere).
-  __device__ bool wait_counter(const plan::Task& t, uint32_t counter, uint32_t target) const {
+  __device__ __forceinline__ bool wait_counter(const plan::Task& t, uint32_t counter, uint32_t target) const {
     const size_t slot = size_t(t.rank) * p->num_counters + counter;
-    const uint64_t expected = epoch * p->totals[slot] + target;
+    const uint64_t total = p->totals[slot];
+    const uint64_t expected = epoch * total + (target == plan::kWaitAll ? total : target);
     const uint64_t* c = p->counters + slot;
     uint64_t v = p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
     if (v >= expected) return true;
@@ -89,7 +90,7 @@ struct TaskContext {
 };
 
 // ---- built-in task bodies (all threads of the CTA) ---------------------------------------------
-__device__ inline void run_spin(const plan::Task& t, const TaskContext& ctx) {
+__device__ __forceinline__ void run_spin(const plan::Task& t, const TaskContext& ctx) {
   if (ctx.thread_idx != 0) return;
   const uint64_t ns = t.args<plan::SpinArgs>().ns;
   const uint64_t t0 = globaltimer_ns();
@@ -97,7 +98,7 @@ __device__ inline void run_spin(const plan::Task& t, const TaskContext& ctx) {
   }
 }
 
-__device__ inline void run_copy(const plan::Task& t, const TaskContext& ctx, int num_threads) {
+__device__ __forceinline__ void run_copy(const plan::Task& t, const TaskContext& ctx, int num_threads) {
   const auto a = t.args<plan::CopyArgs>();
   const char* src = static_cast<const char*>(ctx.buffer(a.src_buffer, a.src_rank)) + a.src_offset;
   char* dst = static_cast<char*>(ctx.buffer(a.dst_buffer, a.dst_rank)) + a.dst_offset;
@@ -121,7 +122,7 @@ __device__ inline void run_copy(const plan::Task& t, const TaskContext& ctx, int
   for (uint64_t i = done + ctx.thread_idx; i < a.bytes; i += num_threads) dst[i] = src[i];
 }
 
-__device__ inline void run_checksum(const plan::Task& t, const TaskContext& ctx, int num_threads) {
+__device__ __forceinline__ void run_checksum(const plan::Task& t, const TaskContext& ctx, int num_threads) {
   __shared__ unsigned long long partial[32];
   const auto a = t.args<plan::ChecksumArgs>();
   const uint32_t* src =
@@ -171,14 +172,15 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
     __syncthreads();
     const uint32_t slot = s_slot;
     if (slot == kNoSlot) break;
-    const plan::Task task = p.tasks[slot];
+    // A reference into global memory, not a copy: keeps 64 bytes of registers free for the bodies.
+    const plan::Task& task = p.tasks[slot];
 
     uint64_t start_ns = 0;
     if (thread_idx == 0) {
       bool ok = true;
       for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
         const plan::Wait wt = p.waits[task.first_wait + w];
-        ok = ctx.wait_counter(task, wt.counter, wt.target);
+        if (!wt.deferred()) ok = ctx.wait_counter(task, wt.counter, wt.value());
       }
       s_ok = ok;
       start_ns = globaltimer_ns();
@@ -201,6 +203,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
     __syncthreads();
 
     if (thread_idx == 0) {
+      const plan::Task& task = p.tasks[slot];
       if (p.audit) {
         AuditRecord& a = p.audit[slot];
         a.runs += 1;

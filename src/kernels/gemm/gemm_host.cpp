@@ -71,7 +71,9 @@ GemmTileShape choose_tile_shape(int64_t m, int64_t n, int64_t /*k*/, int num_gro
     const int64_t waves = ceil_div(tiles, std::max(1, num_sms));
     return speed * double(tiles) / double(waves * std::max(1, num_sms));
   };
-  return score(128, 0.9) > score(256, 1.0) ? GemmTileShape::k128x128 : GemmTileShape::k128x256;
+  const double s256 = score(256, 1.0), s128 = score(128, 0.9), s64 = score(64, 0.7);
+  if (s64 > s128 && s64 > s256) return GemmTileShape::k128x64;
+  return s128 > s256 ? GemmTileShape::k128x128 : GemmTileShape::k128x256;
 }
 
 Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
@@ -127,7 +129,9 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
 
   GemmTileShape shape = d.tile_shape;
   if (shape == GemmTileShape::kAuto) shape = choose_tile_shape(d.m, d.n, d.k, d.num_groups, d.num_sms);
-  KOSMOS_CHECK(shape == GemmTileShape::k128x256 || shape == GemmTileShape::k128x128, "GEMM tile_shape = ",
+  KOSMOS_CHECK(shape == GemmTileShape::k128x256 || shape == GemmTileShape::k128x128 ||
+                   shape == GemmTileShape::k128x64,
+               "GEMM tile_shape = ",
                static_cast<uint32_t>(shape), " is not a compiled tile shape");
   const int bn = gemm_block_n(shape);
 

@@ -52,11 +52,14 @@ enum GemmLayoutFlags : uint32_t {
 enum class GemmTileShape : uint32_t {
   k128x256 = 0,  // 4 stages x 48 KB
   k128x128 = 1,  // 6 stages x 32 KB
+  k128x64 = 2,   // 8 stages x 24 KB (small M x N problems: more tiles for the SMs)
   kAuto = 0xffffffffu,
 };
 inline constexpr int kGemmBlockM = 128;
 inline constexpr int kGemmBlockK = 64;
-inline constexpr int gemm_block_n(GemmTileShape s) { return s == GemmTileShape::k128x128 ? 128 : 256; }
+inline constexpr int gemm_block_n(GemmTileShape s) {
+  return s == GemmTileShape::k128x128 ? 128 : s == GemmTileShape::k128x64 ? 64 : 256;
+}
 
 // Task payload (plan::Task::arg). A run of `count` tiles: (tile_m + i, tile_n) for i < count,
 // i.e. the run walks down M (grouped: consecutive slots), sharing the B column block. The tile

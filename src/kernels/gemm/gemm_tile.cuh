@@ -15,15 +15,21 @@
 //
 // Shared memory (1024-byte aligned inside `smem`; gemm_smem_bytes() includes the alignment slack):
 //   A ring: Stages x BM x 64 bf16 (16 KB/stage) | B ring: Stages x BN x 64 bf16 (32 or 16 KB) |
-//   full[Stages], empty[Stages] mbarriers (8 B each).   128x256: 4 stages = 197,760 B total
-//                                                        128x128: 6 stages = 197,760 B total
+//   full[Stages], empty[Stages] mbarriers (8 B each). Total incl. slack, every shape ~193 KB:
+//   128x256: 4 stages x 48 KB = 197,696 B;  128x128: 6 x 32 KB = 197,728 B;  128x64: 8 x 24 KB = 197,760 B
+//   (kGemmSmemBytesMax = 197,760). The ring's contents do not survive the call.
 // Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
 // carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. Every TMA load issued in a call is consumed in the
-// same call, so no async copy is in flight when the function returns. No named barriers are used.
+// same call, so no async copy is in flight when the function returns. Barriers: one __syncthreads
+// (barrier 0, all 384 threads) right after the mbarrier init of each call; no named barriers.
+// Hook: wait(m_block, k_block) is called by the single producer thread before each A k-block load,
+// m_block = dense m block, or the GROUP index for grouped problems. If it returns bool, the
+// fence.proxy.async.global follows only when it returns true (it acquired something); if it
+// returns void the fence always follows.
 //
 // Preconditions (checked by make_gemm_params on the host): p lives in param/global memory (the TMA
 // takes the address of p.tma_a / p.tma_b); the kernel runs 384 threads, __launch_bounds__(384, 1).
@@ -39,13 +45,17 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "gemm_params.h"
 
 namespace kosmos::kernels::gemm {
 
 // Runtime hook that never waits (standalone tests and benchmarks).
+// A hook returns void (always followed by fence.proxy.async.global) or bool: true when it acquired
+// data written by the generic proxy (then the fence follows), false when it did nothing.
 struct NoWait {
-  __device__ void operator()(int /*m_block*/, int /*k_block*/) const {}
+  __device__ bool operator()(int /*m_block*/, int /*k_block*/) const { return false; }
 };
 
 namespace detail {
@@ -68,6 +78,7 @@ struct TileConfig {
 };
 using Config128x256 = TileConfig<256, 4>;
 using Config128x128 = TileConfig<128, 6>;
+using Config128x64 = TileConfig<64, 8>;
 
 template <class Cfg, bool kAMn, bool kBMn>
 struct TileTraits {
@@ -243,8 +254,12 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         if (lane_idx == 0) {
           for (int kb = 0; kb < num_kb; ++kb) {
             cutlass::arch::ClusterBarrier::wait(&empty[stage], phase ^ 1);
-            wait(t.wait_m, kb);
-            fence_proxy_async_global();
+            if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
+              if (wait(t.wait_m, kb)) fence_proxy_async_global();
+            } else {
+              wait(t.wait_m, kb);
+              fence_proxy_async_global();
+            }
             cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], kStageBytes);
             T* sa = smem_a + stage * (kBM * kBK);
             T* sb = smem_b + stage * (kBN * kBK);
@@ -358,35 +373,45 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
 
 // Shared memory the task body needs (including 1 KB alignment slack), per tile shape.
 __host__ __device__ constexpr int gemm_smem_bytes(GemmTileShape s) {
-  return s == GemmTileShape::k128x128 ? detail::Config128x128::kSmemBytes : detail::Config128x256::kSmemBytes;
+  return s == GemmTileShape::k128x128  ? detail::Config128x128::kSmemBytes
+         : s == GemmTileShape::k128x64 ? detail::Config128x64::kSmemBytes
+                                       : detail::Config128x256::kSmemBytes;
 }
-inline constexpr int kGemmSmemBytesMax =
-    detail::Config128x256::kSmemBytes > detail::Config128x128::kSmemBytes ? detail::Config128x256::kSmemBytes
-                                                                        : detail::Config128x128::kSmemBytes;
+inline constexpr int kGemmSmemBytesMax = gemm_smem_bytes(GemmTileShape::k128x256) > gemm_smem_bytes(GemmTileShape::k128x128)
+                                             ? (gemm_smem_bytes(GemmTileShape::k128x256) > gemm_smem_bytes(GemmTileShape::k128x64)
+                                                    ? gemm_smem_bytes(GemmTileShape::k128x256)
+                                                    : gemm_smem_bytes(GemmTileShape::k128x64))
+                                             : (gemm_smem_bytes(GemmTileShape::k128x128) > gemm_smem_bytes(GemmTileShape::k128x64)
+                                                    ? gemm_smem_bytes(GemmTileShape::k128x128)
+                                                    : gemm_smem_bytes(GemmTileShape::k128x64));
+
+namespace detail {
+template <class Cfg, class Waiter>
+__device__ __forceinline__ void gemm_tile_layouts(const GemmParams& p, const GemmTileArgs& a, char* smem,
+                                                  int thread_idx, Waiter& wait) {
+  const bool a_mn = (p.layout & kGemmAColMajor) != 0;
+  const bool b_mn = (p.layout & kGemmBTransposed) == 0;
+  if (a_mn) {
+    if (b_mn) gemm_tile_impl<Cfg, true, true, true>(p, a, smem, thread_idx, wait);
+    else      gemm_tile_impl<Cfg, true, false, true>(p, a, smem, thread_idx, wait);
+  } else {
+    if (b_mn) gemm_tile_impl<Cfg, false, true, true>(p, a, smem, thread_idx, wait);
+    else      gemm_tile_impl<Cfg, false, false, true>(p, a, smem, thread_idx, wait);
+  }
+}
+}  // namespace detail
 
 // The task body. Dispatches on the problem's tile shape and operand majors (uniform branches).
 template <class Waiter>
 __device__ __forceinline__ void gemm_tile(const GemmParams& p, const GemmTileArgs& a, char* smem, int thread_idx,
                                           Waiter& wait) {
   using namespace detail;
-  const bool a_mn = (p.layout & kGemmAColMajor) != 0;
-  const bool b_mn = (p.layout & kGemmBTransposed) == 0;
   if (p.tile_shape == GemmTileShape::k128x128) {
-    if (a_mn) {
-      if (b_mn) gemm_tile_impl<Config128x128, true, true, true>(p, a, smem, thread_idx, wait);
-      else      gemm_tile_impl<Config128x128, true, false, true>(p, a, smem, thread_idx, wait);
-    } else {
-      if (b_mn) gemm_tile_impl<Config128x128, false, true, true>(p, a, smem, thread_idx, wait);
-      else      gemm_tile_impl<Config128x128, false, false, true>(p, a, smem, thread_idx, wait);
-    }
+    gemm_tile_layouts<Config128x128>(p, a, smem, thread_idx, wait);
+  } else if (p.tile_shape == GemmTileShape::k128x64) {
+    gemm_tile_layouts<Config128x64>(p, a, smem, thread_idx, wait);
   } else {
-    if (a_mn) {
-      if (b_mn) gemm_tile_impl<Config128x256, true, true, true>(p, a, smem, thread_idx, wait);
-      else      gemm_tile_impl<Config128x256, true, false, true>(p, a, smem, thread_idx, wait);
-    } else {
-      if (b_mn) gemm_tile_impl<Config128x256, false, true, true>(p, a, smem, thread_idx, wait);
-      else      gemm_tile_impl<Config128x256, false, false, true>(p, a, smem, thread_idx, wait);
-    }
+    gemm_tile_layouts<Config128x256>(p, a, smem, thread_idx, wait);
   }
 }
 

@@ -1,0 +1,33 @@
+# GEMM engine (src/kernels/gemm): host library, GPU test, benchmark.
+# Included from the top-level CMakeLists.txt after kosmos_cutlass, GTest and CUDA::* exist.
+# NOTE: nothing here links CUDA::cuda_driver; the TMA encoder comes through
+# cudaGetDriverEntryPointByVersion.
+
+add_library(kosmos_gemm STATIC src/kernels/gemm/gemm_host.cpp)
+target_include_directories(kosmos_gemm PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+# gemm_host.cpp includes <cuda.h> for CUtensorMap and the CCCL headers CUTLASS needs.
+target_include_directories(kosmos_gemm SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_INCLUDE_DIRS}/cccl)
+target_link_libraries(kosmos_gemm PUBLIC kosmos_cutlass CUDA::cudart)
+target_compile_features(kosmos_gemm PUBLIC cxx_std_20)
+# status.cpp (kosmos::Status helpers) lives in the core library; link it where it is built.
+if(TARGET kosmos)
+  target_link_libraries(kosmos_gemm PUBLIC kosmos)
+else()
+  target_sources(kosmos_gemm PRIVATE src/status.cpp)
+endif()
+
+set(KOSMOS_GEMM_CUDA_FLAGS ${KOSMOS_CUDA_FLAGS} --expt-relaxed-constexpr -lineinfo)
+
+add_executable(gemm_engine_test tests/gpu/gemm_engine_test.cu)
+target_include_directories(gemm_engine_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
+target_compile_options(gemm_engine_test PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
+target_link_libraries(gemm_engine_test PRIVATE kosmos_gemm GTest::gtest_main)
+set_target_properties(gemm_engine_test PROPERTIES CUDA_ARCHITECTURES 90a)
+add_test(NAME gemm_engine_test COMMAND gemm_engine_test)
+set_tests_properties(gemm_engine_test PROPERTIES LABELS "gpu" TIMEOUT 300)
+
+add_executable(gemm_engine_bench benchmarks/gemm_engine_bench.cu)
+target_include_directories(gemm_engine_bench PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
+target_compile_options(gemm_engine_bench PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
+target_link_libraries(gemm_engine_bench PRIVATE kosmos_gemm CUDA::cublas CUDA::cublasLt)
+set_target_properties(gemm_engine_bench PROPERTIES CUDA_ARCHITECTURES 90a)

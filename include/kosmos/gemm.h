@@ -1,0 +1,76 @@
+// kosmos::Gemm — a GEMM (dense or grouped) as a one-op plan on the persistent runtime.
+//
+//   C[m, n_out] = epilogue(A[m, k] · B[k, n]),  bf16 operands, fp32 accumulation, bf16 output.
+//   A row-major [m, k] (lda >= k) or column-major, i.e. stored [k, m] (lda >= m);
+//   B row-major [k, n] (ldb >= n) or transposed, stored [n, k] (ldb >= k);
+//   C row-major, ldc >= n_out. Leading dimensions in elements, multiples of 8 (16-byte TMA rule);
+//   base pointers 16-byte aligned.
+// Epilogues: kEpilogueAccumulate (C += AB), kEpilogueRowScale (row i times row_scale[i]),
+// kEpilogueSwiGLU (n = 2I columns interleaved in blocks of 8: gate cols 16j..16j+7, up cols
+// 16j+8..16j+15 -> n_out = I columns silu(gate) * up).
+// Grouped (num_groups = G > 0): B is [G][k, n] (or [G][n, k]); rows of group g are A/C rows
+// [group_offset[g], group_offset[g] + group_m[g]); group_m and group_offset are DEVICE int32
+// arrays read at run time (no host sync), empty groups allowed; m = total rows of A and C.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "kosmos/status.h"
+
+namespace kosmos {
+
+inline constexpr uint32_t kEpilogueStore = 0;
+inline constexpr uint32_t kEpilogueAccumulate = 1u << 0;
+inline constexpr uint32_t kEpilogueRowScale = 1u << 1;
+inline constexpr uint32_t kEpilogueSwiGLU = 1u << 2;
+
+struct GemmArguments {
+  const void* a = nullptr;
+  int64_t lda = 0;
+  bool a_col_major = false;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  bool b_transposed = false;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  int64_t m = 0, n = 0, k = 0;
+  uint32_t epilogue = kEpilogueStore;
+  const float* row_scale = nullptr;
+  int num_groups = 0;
+  const int* group_m = nullptr;
+  const int* group_offset = nullptr;
+  int64_t ldb_group = 0;
+};
+
+struct GemmOptions {
+  double watchdog_seconds = 10.0;
+  bool trace = false;
+  bool cpu = false;  // run on the CPU executor (pointers must then be host memory)
+};
+
+class Gemm {
+ public:
+  // Validates the arguments (messages name the argument, its value and what was expected), chooses
+  // the tile shape and the task order, and builds the plan and its executor. Allocates.
+  static Status plan(const GemmArguments& args, const GemmOptions& options, std::unique_ptr<Gemm>* out);
+  ~Gemm();
+  // Points the plan at new operands of the same shapes (re-encodes TMA descriptors on the host).
+  Status update(const GemmArguments& args);
+  Status run(cudaStream_t stream = nullptr);     // enqueues one launch; capturable; no sync
+  Status finish(cudaStream_t stream = nullptr);  // synchronises and reports watchdog errors
+  size_t num_tasks() const;
+  int tile_n() const;
+  uint32_t run_length() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience: plan, run once, finish.
+Status gemm(const GemmArguments& args, cudaStream_t stream = nullptr);
+
+}  // namespace kosmos

@@ -1,0 +1,31 @@
+// Parameters of the op kernel variant (GEMM tiles + reduce tiles + the built-in kinds), kept in
+// the runtime's __grid_constant__ body blob so TMA descriptors stay in param space.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/gemm/gemm_params.h"
+
+namespace kosmos::ops {
+
+inline constexpr int kMaxGemmProblems = 32;
+
+// How a GEMM tile's producer waits for its operand rows (deferred waits, checked per k-block):
+//   counter = counter_base + (m_rows ? m_block * BM / m_rows : 0) + (k_rows ? k_block * BK / k_rows : 0)
+// and it waits until that counter holds everything signalled into it this run (kWaitAll).
+// counter_base == kNoWait: the tile never waits inside its body.
+struct GemmWaitRule {
+  static constexpr uint32_t kNoWait = 0xFFFFFFFFu;
+  uint32_t counter_base = kNoWait;
+  uint32_t m_rows = 0;  // rows of A (in the M dimension) covered by one counter
+  uint32_t k_rows = 0;  // rows of the K dimension covered by one counter
+  uint32_t reserved = 0;
+};
+
+struct GemmBodyParams {
+  kernels::gemm::GemmParams problems[kMaxGemmProblems];
+  GemmWaitRule rules[kMaxGemmProblems];
+  uint32_t num_problems;
+};
+
+}  // namespace kosmos::ops

@@ -1,0 +1,128 @@
+// kosmos::Gemm: the one-op plan. Buffers A, B, C (and row_scale) are external; tasks are runs of
+// tiles down M, n-block major, so CTAs running at the same time share B column blocks in L2.
+#include "kosmos/gemm.h"
+
+#include <cuda_runtime_api.h>
+
+#include "ops/op_runner.h"
+
+namespace kosmos {
+
+namespace {
+enum Buf : uint32_t { kA = 0, kB = 1, kC = 2, kScale = 3 };
+
+kernels::gemm::GemmDesc to_desc(const GemmArguments& a) {
+  kernels::gemm::GemmDesc d;
+  d.a = a.a;
+  d.lda = a.lda;
+  d.a_col_major = a.a_col_major;
+  d.b = a.b;
+  d.ldb = a.ldb;
+  d.b_transposed = a.b_transposed;
+  d.ldb_group = a.ldb_group;
+  d.c = a.c;
+  d.ldc = a.ldc;
+  d.m = a.m;
+  d.n = a.n;
+  d.k = a.k;
+  d.num_groups = a.num_groups;
+  d.group_m = a.group_m;
+  d.group_offset = a.group_offset;
+  d.epilogue = a.epilogue;
+  d.row_scale = a.row_scale;
+  return d;
+}
+
+int device_sms() {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaGetLastError();
+  return sms;
+}
+}  // namespace
+
+struct Gemm::Impl {
+  std::unique_ptr<ops::OpRunner> runner;
+  GemmArguments args;
+  kernels::gemm::GemmParams shape;
+  uint32_t run = 1;
+};
+
+Gemm::~Gemm() = default;
+
+Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::unique_ptr<Gemm>* out) {
+  KOSMOS_CHECK(out != nullptr, "Gemm::plan: out is null");
+  auto impl = std::make_unique<Impl>();
+  impl->args = args;
+  kernels::gemm::GemmDesc d = to_desc(args);
+  d.encode_tma = false;
+  d.num_sms = options.cpu ? 132 : device_sms();
+  KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));  // validates everything
+  const auto& p = impl->shape;
+  const int ctas = d.num_sms;  // one op CTA per SM (228 KB of shared memory each)
+  impl->run = ops::choose_run_length(p.num_m_tiles, p.num_n_tiles, ctas);
+
+  plan::PlanBuilder b(1, "gemm");
+  const uint64_t a_bytes = 1, b_bytes = 1, c_bytes = 1;  // external: sizes are the caller's
+  b.add_buffer("A", a_bytes, true);
+  b.add_buffer("B", b_bytes, true);
+  b.add_buffer("C", c_bytes, true);
+  if (args.row_scale) b.add_buffer("row_scale", 1, true);
+  for (int n = 0; n < p.num_n_tiles; ++n)
+    for (int m = 0; m < p.num_m_tiles; m += int(impl->run)) {
+      const uint32_t count = std::min<uint32_t>(impl->run, uint32_t(p.num_m_tiles - m));
+      b.add_task(plan::TaskKind::kGemmTile, 0, kernels::gemm::GemmTileArgs{0, uint32_t(m), uint32_t(n), count, {}});
+    }
+  plan::Plan pl;
+  KOSMOS_RETURN_IF_ERROR(b.build(&pl));
+
+  ops::GemmProblemSpec spec;
+  spec.desc = d;
+  spec.desc.a = spec.desc.b = nullptr;
+  spec.desc.c = nullptr;
+  spec.a_buffer = kA;
+  spec.b_buffer = kB;
+  spec.c_buffer = kC;
+  if (args.row_scale) spec.row_scale_buffer = kScale;
+  ops::RunnerOptions ro;
+  ro.executor = options.cpu ? ops::ExecutorKind::kCpu : ops::ExecutorKind::kGpu;
+  ro.watchdog_seconds = options.watchdog_seconds;
+  ro.trace = options.trace;
+  KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(pl, {spec}, ro, &impl->runner));
+  std::unique_ptr<Gemm> g(new Gemm());
+  g->impl_ = std::move(impl);
+  KOSMOS_RETURN_IF_ERROR(g->update(args));
+  *out = std::move(g);
+  return Status::ok();
+}
+
+Status Gemm::update(const GemmArguments& args) {
+  const GemmArguments& o = impl_->args;
+  KOSMOS_CHECK(args.m == o.m && args.n == o.n && args.k == o.k && args.num_groups == o.num_groups &&
+                   args.epilogue == o.epilogue && args.a_col_major == o.a_col_major && args.b_transposed == o.b_transposed,
+               "Gemm::update: shapes, layouts and epilogue must match the planned ones (re-plan instead)");
+  KOSMOS_CHECK(args.a && args.b && args.c, "Gemm::update: a, b and c must be non-null");
+  KOSMOS_CHECK(!(args.epilogue & kEpilogueRowScale) || args.row_scale, "Gemm::update: row_scale is null");
+  impl_->args = args;
+  ops::OpRunner& r = *impl_->runner;
+  KOSMOS_RETURN_IF_ERROR(r.bind(kA, 0, const_cast<void*>(args.a)));
+  KOSMOS_RETURN_IF_ERROR(r.bind(kB, 0, const_cast<void*>(args.b)));
+  KOSMOS_RETURN_IF_ERROR(r.bind(kC, 0, args.c));
+  if (args.row_scale) KOSMOS_RETURN_IF_ERROR(r.bind(kScale, 0, const_cast<float*>(args.row_scale)));
+  return Status::ok();
+}
+
+Status Gemm::run(cudaStream_t stream) { return impl_->runner->run(stream); }
+Status Gemm::finish(cudaStream_t stream) { return impl_->runner->finish(stream); }
+size_t Gemm::num_tasks() const { return impl_->runner->plan().tasks.size(); }
+int Gemm::tile_n() const { return kernels::gemm::gemm_block_n(impl_->shape.tile_shape); }
+uint32_t Gemm::run_length() const { return impl_->run; }
+
+Status gemm(const GemmArguments& args, cudaStream_t stream) {
+  std::unique_ptr<Gemm> g;
+  KOSMOS_RETURN_IF_ERROR(Gemm::plan(args, GemmOptions{}, &g));
+  KOSMOS_RETURN_IF_ERROR(g->run(stream));
+  return g->finish(stream);
+}
+
+}  // namespace kosmos

@@ -1,0 +1,63 @@
+// The op kernel variant: the persistent runtime loop with GEMM tiles and reduce tiles as task
+// bodies (384 threads = 3 warpgroups, the GEMM engine's shape; ~193 KB dynamic shared memory for
+// the GEMM ring). Built-in kinds (copy, checksum, ...) run on the same CTA shape.
+#include "kernels/gemm/gemm_tile.cuh"
+#include "kernels/reduce_tile.cuh"
+#include "ops/gemm_body.h"
+#include "ops/op_kernel.h"
+#include "runtime/kernel_params.h"
+#include "runtime/persistent_kernel.cuh"
+
+namespace kosmos::ops {
+
+static_assert(sizeof(GemmBodyParams) <= runtime::kBodyParamBytes, "GEMM problems do not fit the body blob");
+
+namespace {
+
+// The runtime hook a GEMM tile's producer thread calls before loading A k-block (m_block, k_block).
+struct RuntimeGemmWaiter {
+  const runtime::TaskContext* ctx;
+  const plan::Task* task;
+  GemmWaitRule rule;
+  uint32_t last = 0xFFFFFFFFu;
+  // Returns true when it waited on a counter (the caller then fences the async proxy).
+  __device__ __forceinline__ bool operator()(int m_block, int k_block) {
+    if (rule.counter_base == GemmWaitRule::kNoWait) return false;
+    const uint32_t c = rule.counter_base +
+                       (rule.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / rule.m_rows : 0u) +
+                       (rule.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / rule.k_rows : 0u);
+    if (c == last) return false;
+    last = c;
+    ctx->wait_counter(*task, c, plan::kWaitAll);  // on abort it returns; the run is failing anyway
+    return true;
+  }
+};
+
+struct OpBody {
+  static constexpr int kThreads = 384;
+  static constexpr size_t kSmemBytes = kernels::gemm::kGemmSmemBytesMax;
+  __device__ __forceinline__ static void run(const plan::Task& t, const runtime::TaskContext& ctx, char* smem) {
+    if (t.kind == plan::TaskKind::kGemmTile) {
+      const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.p->body);
+      const auto args = t.args<kernels::gemm::GemmTileArgs>();
+      RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem]};
+      kernels::gemm::gemm_tile(body.problems[args.problem], args, smem, ctx.thread_idx, waiter);
+    } else if (t.kind == plan::TaskKind::kReduceTile) {
+      kernels::reduce_tile_device(t, ctx, kThreads);
+    }
+  }
+};
+
+bool op_supports(plan::TaskKind k) {
+  return k < plan::TaskKind::kGemmTile || k == plan::TaskKind::kGemmTile || k == plan::TaskKind::kReduceTile;
+}
+
+}  // namespace
+
+const runtime::KernelVariant& op_kernel_variant() {
+  static const runtime::KernelVariant v{"ops", reinterpret_cast<const void*>(&runtime::persistent_kernel<OpBody>),
+                                        OpBody::kThreads, OpBody::kSmemBytes, &op_supports};
+  return v;
+}
+
+}  // namespace kosmos::ops

@@ -1,0 +1,77 @@
+// OpRunner: plan once, run many. Holds a plan whose tasks include GEMM tiles and reduce tiles,
+// the GEMM problems (in terms of the plan's buffers), and an executor (GPU or CPU). Binding a
+// buffer marks the problems dirty; the next run() re-resolves pointers and re-encodes the TMA
+// descriptors (host work only), so run() itself allocates nothing and never synchronises.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/gemm/gemm_host.h"
+#include "kosmos/runtime.h"
+#include "ops/gemm_body.h"
+
+namespace kosmos::ops {
+
+enum class ExecutorKind { kCpu, kGpu };
+
+inline constexpr uint32_t kNoBuffer = 0xFFFFFFFFu;
+
+// One GEMM of the plan. Shapes, layouts and epilogue live in `desc` (its pointers are ignored and
+// filled from the buffers at run time); the operands are (buffer, rank, byte offset) of the plan.
+struct GemmProblemSpec {
+  kernels::gemm::GemmDesc desc;
+  uint32_t rank = 0;
+  uint32_t a_buffer = kNoBuffer, b_buffer = kNoBuffer, c_buffer = kNoBuffer, row_scale_buffer = kNoBuffer;
+  uint32_t c_rank = kNoBuffer;  // rank whose C buffer receives the tile (kNoBuffer: `rank`)
+  uint64_t a_offset = 0, b_offset = 0, c_offset = 0, row_scale_offset = 0;
+  GemmWaitRule rule;
+};
+
+struct RunnerOptions {
+  ExecutorKind executor = ExecutorKind::kGpu;
+  double watchdog_seconds = 10.0;
+  bool trace = false;
+  uint32_t cpu_workers = 4;
+  int max_ctas = 0;
+};
+
+class OpRunner {
+ public:
+  static Status create(const plan::Plan& plan, std::vector<GemmProblemSpec> problems, const RunnerOptions& options,
+                       std::unique_ptr<OpRunner>* out);
+
+  Status bind(uint32_t buffer, uint32_t rank, void* ptr);
+  void* buffer(uint32_t buffer, uint32_t rank) const;
+  Status run(cudaStream_t stream = nullptr);     // GPU: enqueue; CPU: runs to completion
+  Status finish(cudaStream_t stream = nullptr);  // GPU: sync + watchdog status; CPU: no-op
+  Status read_trace(std::vector<runtime::TraceRecord>* out) const;
+  const plan::Plan& plan() const { return plan_; }
+  ExecutorKind executor() const { return options_.executor; }
+  runtime::GpuExecutor* gpu() const { return gpu_.get(); }
+
+ private:
+  Status prepare();  // resolve pointers, make GEMM params, upload them into the kernel's body blob
+  plan::Plan plan_;
+  std::vector<GemmProblemSpec> problems_;
+  std::vector<kernels::gemm::GemmDesc> resolved_;  // with pointers, for the CPU bodies
+  std::vector<kernels::gemm::GemmParams> params_;
+  RunnerOptions options_;
+  std::unique_ptr<runtime::GpuExecutor> gpu_;
+  std::unique_ptr<runtime::CpuExecutor> cpu_;
+  bool dirty_ = true;
+};
+
+// Adds the tasks of one GEMM problem to a plan: runs of `run_length` tiles down M, n-block major
+// (tiles of one run share their B column block), in the order given by `m_order` (m-block
+// indices; empty = 0..num_m_tiles-1). Each task gets the deferred waits its rule implies and, per
+// tile, the signals `signal(m_block, n_block)` returns (appended by the caller's callback).
+struct GemmTaskOptions {
+  uint32_t problem = 0;
+  uint32_t run_length = 0;  // 0: chosen from the tile count and `ctas`
+  int ctas = 132;
+  std::vector<uint32_t> m_order;
+};
+uint32_t choose_run_length(int64_t m_tiles, int64_t n_tiles, int ctas);
+
+}  // namespace kosmos::ops

@@ -1,0 +1,102 @@
+// kosmos::Gemm on the CPU executor (host tile implementation) against an fp64 reference, over
+// tails, layouts and epilogues; bad inputs rejected before anything runs.
+#include <gtest/gtest.h>
+
+#include "../gemm_reference.h"
+#include "kosmos/gemm.h"
+
+using namespace kosmos;
+using namespace kosmos::test;
+
+namespace {
+struct Case {
+  int64_t m, n, k;
+  bool a_col, b_t;
+  uint32_t epi;
+};
+
+void run_case(const Case& cs, uint64_t seed) {
+  const int64_t n_out = (cs.epi & kEpilogueSwiGLU) ? cs.n / 2 : cs.n;
+  GemmArguments g;
+  g.m = cs.m;
+  g.n = cs.n;
+  g.k = cs.k;
+  g.a_col_major = cs.a_col;
+  g.b_transposed = cs.b_t;
+  g.lda = ((cs.a_col ? cs.m : cs.k) + 7) / 8 * 8;
+  g.ldb = ((cs.b_t ? cs.k : cs.n) + 7) / 8 * 8;
+  g.ldc = (n_out + 7) / 8 * 8 + 8;
+  g.epilogue = cs.epi;
+  auto a = random_bf16(size_t(cs.a_col ? cs.k : cs.m) * g.lda, seed);
+  auto b = random_bf16(size_t(cs.b_t ? cs.n : cs.k) * g.ldb, seed + 1);
+  auto c_in = random_bf16(size_t(cs.m) * g.ldc, seed + 2);
+  std::vector<float> scale(cs.m);
+  for (int64_t i = 0; i < cs.m; ++i) scale[i] = 0.5f + float(i % 7) / 7.0f;
+  std::vector<uint16_t> c = c_in;
+  if (!(cs.epi & kEpilogueAccumulate))
+    for (int64_t i = 0; i < cs.m; ++i)
+      for (int64_t j = 0; j < n_out; ++j) c[i * g.ldc + j] = 0x7FC1;  // poison (NaN)
+  g.a = a.data();
+  g.b = b.data();
+  g.c = c.data();
+  g.row_scale = scale.data();
+  GemmOptions o;
+  o.cpu = true;
+  std::unique_ptr<Gemm> plan;
+  Status s = Gemm::plan(g, o, &plan);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_TRUE(plan->run().is_ok());
+  auto ref = reference_gemm(g, a, b, c_in, scale, n_out);
+  const double err = relative_error(c, g.ldc, ref, cs.m, n_out);
+  EXPECT_LT(err, 1e-2) << cs.m << "x" << cs.n << "x" << cs.k << " a_col " << cs.a_col << " b_t " << cs.b_t << " epi " << cs.epi;
+  // Columns past n_out inside ldc are never written.
+  for (int64_t i = 0; i < cs.m; ++i)
+    for (int64_t j = n_out; j < g.ldc; ++j) ASSERT_EQ(c[i * g.ldc + j], c_in[i * g.ldc + j]) << "wrote past n_out";
+}
+}  // namespace
+
+TEST(GemmCpu, TailsLayoutsAndEpilogues) {
+  const std::vector<Case> cases = {
+      {1, 8, 8, false, false, kEpilogueStore},       {7, 64, 127, false, true, kEpilogueStore},
+      {127, 128, 64, true, false, kEpilogueStore},   {128, 264, 200, true, true, kEpilogueStore},
+      {130, 96, 72, false, false, kEpilogueAccumulate}, {65, 136, 40, false, true, kEpilogueRowScale},
+      {129, 272, 64, false, false, kEpilogueSwiGLU}, {33, 32, 24, true, false, kEpilogueSwiGLU | kEpilogueRowScale},
+  };
+  uint64_t seed = 1;
+  for (const Case& c : cases) run_case(c, seed += 10);
+}
+
+TEST(GemmCpu, BadInputsAreRejectedWithTheArgumentNamed) {
+  std::vector<uint16_t> a(64 * 64), b(64 * 64), c(64 * 64);
+  GemmArguments g;
+  g.a = a.data();
+  g.b = b.data();
+  g.c = c.data();
+  g.m = g.n = g.k = 64;
+  g.lda = g.ldb = g.ldc = 64;
+  GemmOptions o;
+  o.cpu = true;
+  std::unique_ptr<Gemm> p;
+  auto expect = [&](GemmArguments bad, const char* what) {
+    Status s = Gemm::plan(bad, o, &p);
+    EXPECT_FALSE(s.is_ok()) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  GemmArguments x = g;
+  x.m = 0;
+  expect(x, "sizes must be positive");
+  x = g;
+  x.lda = 60;
+  expect(x, "lda = 60");
+  x = g;
+  x.b = reinterpret_cast<const char*>(b.data()) + 2;
+  expect(x, "not 16-byte aligned");
+  x = g;
+  x.epilogue = kEpilogueRowScale;
+  expect(x, "row_scale is null");
+  x = g;
+  x.epilogue = kEpilogueSwiGLU;
+  x.n = 24;
+  x.ldb = 24;
+  expect(x, "n (= 2 * intermediate) % 16 == 0");
+}
