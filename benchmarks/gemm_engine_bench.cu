@@ -3,7 +3,9 @@
 // cublasGemmGroupedBatchedEx and vs one dense cuBLAS GEMM of the same total M).
 // Timing: CUDA events around each launch, warm-up, median of --reps launches, input buffers rotated
 // over enough copies that their total exceeds 2 x the 60 MB L2. Outputs verified against cuBLAS.
-//   gemm_engine_bench [--json PATH] [--reps N] [--run R] [--raster G] [--shape auto|256|128] [--layout nt|nn]
+//   gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64] [--layout nt|nn]
+// --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
+// choose_run_length: minimise ceil(tasks / SMs) * run over run <= 16, longer runs on ties).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -45,7 +47,7 @@ namespace {
 struct Options {
   std::string json;
   int reps = 30;
-  int run = 1;
+  int run = 0;  // 0 = auto (the runtime's rule)
   int raster = 16;
   std::string shape = "auto";
   bool nn = false;  // B [K, N] instead of [N, K]
@@ -72,6 +74,25 @@ struct Buf {
   ~Buf() { cudaFree(p); }
   uint16_t* h() const { return static_cast<uint16_t*>(p); }
 };
+
+// Mirrors kosmos::ops choose_run_length (src/ops/op_runner.cpp).
+int runtime_run_length(int64_t m_tiles, int64_t n_tiles, int ctas) {
+  int best = 1;
+  int64_t best_span = INT64_MAX;
+  for (int64_t run = 1; run <= std::min<int64_t>(m_tiles, 16); ++run) {
+    const int64_t tasks = n_tiles * ((m_tiles + run - 1) / run);
+    const int64_t span = ((tasks + ctas - 1) / ctas) * run;
+    if (span <= best_span) {
+      best_span = span;
+      best = int(run);
+    }
+  }
+  return best;
+}
+
+int run_for(const Options& o, const GemmParams& p, int sms) {
+  return o.run > 0 ? o.run : runtime_run_length(p.num_m_tiles, p.num_n_tiles, sms);
+}
 
 float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -170,20 +191,21 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
       std::exit(1);
     }
   }
+  const int run = run_for(o, P[0], sms);
   CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
-  CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, o.run, o.raster));
+  CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, run, o.raster));
   cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[0]->p, B[0]->p, Cref.p);
   CK(cudaDeviceSynchronize());
   Row r;
   r.err = rel_diff(*C[0], Cref, c_el);
   r.ours_ms = time_median(o.reps, sets, [&](int s) {
-    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, o.run, o.raster));
+    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster));
   });
   r.ref_ms = time_median(o.reps, sets, [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); });
   r.ref2_ms = 0;
   r.ref_name = "cublasGemmEx";
   r.flops = 2.0 * M * N * K;
-  r.shape = "128x" + std::to_string(gemm_block_n(P[0].tile_shape));
+  r.shape = "128x" + std::to_string(gemm_block_n(P[0].tile_shape)) + " r" + std::to_string(run);
   char nm[96];
   std::snprintf(nm, sizeof(nm), "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
   r.name = nm;
@@ -298,21 +320,22 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
                                   beta.data(), base + 2 * L, CUDA_R_16BF, ldc.data(), L, gsize.data(),
                                   CUBLAS_COMPUTE_32F));
   };
+  const int run = run_for(o, P[0], sms);
   CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
-  CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, o.run, o.raster));
+  CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, run, o.raster));
   cublas_grouped(0);
   CK(cudaDeviceSynchronize());
   Row r;
   r.err = rel_diff(*C[0], Cref, c_el);
   r.ours_ms = time_median(o.reps, sets, [&](int s) {
-    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, o.run, o.raster));
+    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster));
   });
   r.ref_ms = time_median(o.reps, sets, cublas_grouped);
   r.ref2_ms = time_median(o.reps, sets, [&](int s) { cublas_gemm(cub, false, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); });
   r.ref_name = "cublasGemmGroupedBatchedEx";
   r.ref2_name = "dense cublasGemmEx, same total M";
   r.flops = 2.0 * total * N * K;
-  r.shape = "128x" + std::to_string(gemm_block_n(P[0].tile_shape));
+  r.shape = "128x" + std::to_string(gemm_block_n(P[0].tile_shape)) + " r" + std::to_string(run);
   char nm[128];
   std::snprintf(nm, sizeof(nm), "%s G=%d rows=%d N=%lld K=%lld", name, G, total, (long long)N, (long long)K);
   r.name = nm;
@@ -329,7 +352,10 @@ int main(int argc, char** argv) {
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (a == "--json") o.json = next();
     else if (a == "--reps") o.reps = std::atoi(next().c_str());
-    else if (a == "--run") o.run = std::atoi(next().c_str());
+    else if (a == "--run") {
+      const std::string v = next();
+      o.run = v == "auto" ? 0 : std::atoi(v.c_str());
+    }
     else if (a == "--raster") o.raster = std::atoi(next().c_str());
     else if (a == "--shape") o.shape = next();
     else if (a == "--layout") o.nn = next() == "nn";
@@ -362,7 +388,7 @@ int main(int argc, char** argv) {
     rows.push_back(bench_grouped(cub, o, sms, 4096, 7168, "moe gate+up"));
     rows.push_back(bench_grouped(cub, o, sms, 7168, 2048, "moe down"));
   }
-  std::printf("%-40s %-8s %9s %9s %7s %9s %7s %9s\n", "shape (MxNxK)", "tile", "ours TF/s", "ref TF/s", "ratio",
+  std::printf("%-40s %-12s %9s %9s %7s %9s %7s %9s\n", "shape (MxNxK)", "tile", "ours TF/s", "ref TF/s", "ratio",
               "ref2 TF/s", "ratio2", "rel.err");
   double log_sum = 0;
   int n_dense = 0;
@@ -370,7 +396,7 @@ int main(int argc, char** argv) {
   for (const auto& r : rows) {
     const double ours = r.flops / r.ours_ms * 1e-9, ref = r.flops / r.ref_ms * 1e-9;
     const double ref2 = r.ref2_ms > 0 ? r.flops / r.ref2_ms * 1e-9 : 0;
-    std::printf("%-40s %-8s %9.1f %9.1f %7.3f %9.1f %7.3f %9.2e\n", r.name.c_str(), r.shape.c_str(), ours, ref,
+    std::printf("%-40s %-12s %9.1f %9.1f %7.3f %9.1f %7.3f %9.2e\n", r.name.c_str(), r.shape.c_str(), ours, ref,
                 ours / ref, ref2, ref2 > 0 ? ours / ref2 : 0.0, r.err);
     if (r.ref2_ms == 0) {
       log_sum += std::log(ours / ref);

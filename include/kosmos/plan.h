@@ -150,6 +150,9 @@ class PlanBuilder {
     return id;
   }
   uint32_t add_task(TaskKind kind, uint32_t rank);
+  void set_args(uint32_t task, const uint32_t (&args)[kTaskArgWords]) {
+    std::memcpy(pending_.at(task).task.arg, args, sizeof(args));
+  }
   void wait(uint32_t task, uint32_t counter, uint32_t target);
   void signal(uint32_t task, uint32_t rank, uint32_t counter, uint32_t amount = 1);
   // Declares that `amount` per run arrives on (rank, counter) from outside this plan: a peer

@@ -122,6 +122,9 @@ class GpuExecutor {
 
   Status run(cudaStream_t stream);     // enqueues one run; never synchronises; capturable
   Status finish(cudaStream_t stream);  // synchronises, reports a watchdog/abort error, recovers
+  // Multi-GPU: counters of rank r live at counter_arrays[r] (symmetric memory; peers' arrays are
+  // LSA pointers); signals and fences switch to .sys scope. Arrays of local ranks are zeroed.
+  Status use_transport(const std::vector<uint64_t*>& counter_arrays, const std::vector<bool>& local_ranks);
   Status abort();                      // host abort flag: running waits give up promptly
   Status clear_abort();
 

@@ -50,6 +50,8 @@ struct GpuExecutor::Impl {
   DeviceArray<plan::Wait> waits;
   DeviceArray<plan::Signal> signals;
   DeviceArray<uint64_t> counters, totals;
+  DeviceArray<uint64_t*> counter_table;
+  std::vector<uint64_t*> host_counter_table;
   DeviceArray<RunState> state;
   DeviceArray<ErrorRecord> error;
   DeviceArray<void*> buffer_table;
@@ -57,6 +59,7 @@ struct GpuExecutor::Impl {
   DeviceArray<AuditRecord> audit;
   std::vector<void*> host_buffer_table;
   std::vector<void*> owned;  // executor-allocated buffers
+  std::vector<bool> owned_counter_ranks;  // ranks whose counter arrays this process zeroes on recovery
   uint32_t* host_abort = nullptr;  // mapped pinned
   ~Impl() {
     for (void* p : owned) cudaFree(p);
@@ -114,6 +117,9 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   KOSMOS_RETURN_IF_ERROR(im.signals.upload(plan.signals));
   KOSMOS_RETURN_IF_ERROR(im.counters.alloc(size_t(plan.world) * plan.num_counters));
   KOSMOS_RETURN_IF_ERROR(im.totals.upload(plan.counter_totals));
+  for (uint32_t r = 0; r < plan.world; ++r) im.host_counter_table.push_back(im.counters.ptr + size_t(r) * plan.num_counters);
+  KOSMOS_RETURN_IF_ERROR(im.counter_table.upload(im.host_counter_table));
+  im.owned_counter_ranks.assign(plan.world, true);
   KOSMOS_RETURN_IF_ERROR(im.state.alloc(1));
   KOSMOS_RETURN_IF_ERROR(im.error.alloc(1));
   if (options.trace) KOSMOS_RETURN_IF_ERROR(im.trace.alloc(plan.tasks.size()));
@@ -140,7 +146,7 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   p.tasks = im.tasks.ptr;
   p.waits = im.waits.ptr;
   p.signals = im.signals.ptr;
-  p.counters = im.counters.ptr;
+  p.counters = im.counter_table.ptr;
   p.totals = im.totals.ptr;
   p.state = im.state.ptr;
   p.error = im.error.ptr;
@@ -165,10 +171,14 @@ Status GpuExecutor::bind_buffer(uint32_t buffer, uint32_t rank, void* device_ptr
   KOSMOS_CHECK(plan_.buffers[buffer].external, "bind_buffer: buffer '", plan_.buffers[buffer].name,
                "' is allocated by the executor, not external");
   KOSMOS_CHECK(rank < plan_.world, "bind_buffer: rank ", rank, " out of range for world ", plan_.world);
+  KOSMOS_CHECK(device_ptr != nullptr, "bind_buffer: null pointer for buffer '", plan_.buffers[buffer].name, "' rank ", rank);
   cudaPointerAttributes attr{};
-  KOSMOS_CUDA_CHECK(cudaPointerGetAttributes(&attr, device_ptr));
-  KOSMOS_CHECK(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, "bind_buffer: buffer '",
-               plan_.buffers[buffer].name, "' rank ", rank, ": pointer ", device_ptr, " is not device memory");
+  // NOTE: LSA peer pointers (NCCL's flat mapping of a peer's window) need not report as device
+  // memory here; host (pageable) pointers for this process's own ranks are a clear mistake.
+  if (cudaPointerGetAttributes(&attr, device_ptr) == cudaSuccess)
+    KOSMOS_CHECK(attr.type != cudaMemoryTypeHost, "bind_buffer: buffer '", plan_.buffers[buffer].name, "' rank ", rank,
+                 ": pointer ", device_ptr, " is host memory; the GPU executor needs device memory");
+  cudaGetLastError();
   impl_->host_buffer_table[size_t(buffer) * plan_.world + rank] = device_ptr;
   KOSMOS_CUDA_CHECK(cudaMemcpy(impl_->buffer_table.ptr, impl_->host_buffer_table.data(),
                                sizeof(void*) * impl_->host_buffer_table.size(), cudaMemcpyHostToDevice));
@@ -212,7 +222,9 @@ Status GpuExecutor::finish(cudaStream_t stream) {
   if (rec.kind == uint32_t(ErrorKind::kNone)) return Status::ok();
   // Recover: counters and the epoch restart from zero; the next run starts clean.
   Impl& im = *impl_;
-  KOSMOS_CUDA_CHECK(cudaMemset(im.counters.ptr, 0, sizeof(uint64_t) * std::max<size_t>(im.counters.count, 1)));
+  for (uint32_t r = 0; r < plan_.world; ++r)  // only this process's counter arrays (local ranks)
+    if (im.owned_counter_ranks[r])
+      KOSMOS_CUDA_CHECK(cudaMemset(im.host_counter_table[r], 0, sizeof(uint64_t) * std::max<uint32_t>(plan_.num_counters, 1)));
   KOSMOS_CUDA_CHECK(cudaMemset(im.state.ptr, 0, sizeof(RunState)));
   KOSMOS_CUDA_CHECK(cudaMemset(im.error.ptr, 0, sizeof(ErrorRecord)));
   KOSMOS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -220,6 +232,21 @@ Status GpuExecutor::finish(cudaStream_t stream) {
   const StatusCode code = rec.kind == uint32_t(ErrorKind::kHostAbort) ? StatusCode::kAborted : StatusCode::kTimeout;
   if (rec.task_id == kNoSlot) return Status(code, "run aborted by the host between tasks");
   return Status(code, describe(rec, plan_));
+}
+
+Status GpuExecutor::use_transport(const std::vector<uint64_t*>& counter_arrays, const std::vector<bool>& local_ranks) {
+  KOSMOS_CHECK(counter_arrays.size() == plan_.world && local_ranks.size() == plan_.world, "use_transport: need one counter array per rank (",
+               plan_.world, "), got ", counter_arrays.size());
+  for (uint32_t r = 0; r < plan_.world; ++r) {
+    KOSMOS_CHECK(counter_arrays[r] != nullptr, "use_transport: counter array of rank ", r, " is null");
+    if (local_ranks[r]) KOSMOS_CUDA_CHECK(cudaMemset(counter_arrays[r], 0, sizeof(uint64_t) * std::max<uint32_t>(plan_.num_counters, 1)));
+  }
+  impl_->host_counter_table = counter_arrays;
+  impl_->owned_counter_ranks = local_ranks;
+  KOSMOS_CUDA_CHECK(cudaMemcpy(impl_->counter_table.ptr, counter_arrays.data(), sizeof(uint64_t*) * plan_.world,
+                               cudaMemcpyHostToDevice));
+  impl_->params.sys_scope = 1;
+  return Status::ok();
 }
 
 Status GpuExecutor::abort() {
@@ -255,7 +282,7 @@ Status GpuExecutor::read_epoch(uint64_t* out) const {
 
 Status GpuExecutor::read_counter(uint32_t rank, uint32_t counter, uint64_t* out) const {
   KOSMOS_CHECK(rank < plan_.world && counter < plan_.num_counters, "read_counter: (", rank, ", ", counter, ") out of range");
-  KOSMOS_CUDA_CHECK(cudaMemcpy(out, impl_->counters.ptr + size_t(rank) * plan_.num_counters + counter, 8,
+  KOSMOS_CUDA_CHECK(cudaMemcpy(out, impl_->host_counter_table[rank] + counter, 8,
                                cudaMemcpyDeviceToHost));
   return Status::ok();
 }

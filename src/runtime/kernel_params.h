@@ -16,7 +16,7 @@ struct KernelParams {
   const plan::Task* tasks;      // [num_tasks] in claim order
   const plan::Wait* waits;
   const plan::Signal* signals;
-  uint64_t* counters;           // [world][num_counters]
+  uint64_t* const* counters;    // [world] -> that rank's [num_counters] array (a peer's across GPUs)
   const uint64_t* totals;       // [world][num_counters] per-run sums
   RunState* state;
   ErrorRecord* error;

@@ -65,7 +65,7 @@ struct TaskContext {
     const size_t slot = size_t(t.rank) * p->num_counters + counter;
     const uint64_t total = p->totals[slot];
     const uint64_t expected = epoch * total + (target == plan::kWaitAll ? total : target);
-    const uint64_t* c = p->counters + slot;
+    const uint64_t* c = p->counters[t.rank] + counter;
     uint64_t v = p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
     if (v >= expected) return true;
     const uint64_t t0 = globaltimer_ns();
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
         if (p.sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
         for (uint32_t s = 0; s < task.num_signals; ++s) {
           const plan::Signal sg = p.signals[task.first_signal + s];
-          uint64_t* c = p.counters + size_t(sg.rank) * p.num_counters + sg.counter;
+          uint64_t* c = p.counters[sg.rank] + sg.counter;
           if (p.sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
         }
       }

@@ -66,6 +66,13 @@ inline constexpr int kEntryRegs = 168;  // 65536 / 384 rounded down to a multipl
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 
+// Epilogue staging: each of the 8 consumer warps owns 16 rows x 64 bf16 columns (2 KB) of shared
+// memory; 16-byte chunks are XOR-swizzled by (row % 8) so the stmatrix writes and the 16-byte row
+// reads are both bank-conflict free.
+inline constexpr int kEpiWarpRows = 16;
+inline constexpr int kEpiWarpBytes = kEpiWarpRows * 128;
+inline constexpr int kEpiStageBytes = 8 * kEpiWarpBytes;  // 16 KB
+
 template <int BN_, int Stages_>
 struct TileConfig {
   static constexpr int kBM = kGemmBlockM;
@@ -74,7 +81,8 @@ struct TileConfig {
   static constexpr int kStages = Stages_;
   static constexpr int kStageBytesA = kBM * kBK * 2;
   static constexpr int kStageBytesB = kBN * kBK * 2;
-  static constexpr int kSmemBytes = kStages * (kStageBytesA + kStageBytesB) + 2 * kStages * 8 + 1024;
+  static constexpr int kRingBytes = kStages * (kStageBytesA + kStageBytesB);
+  static constexpr int kSmemBytes = kRingBytes + kEpiStageBytes + 2 * kStages * 8 + 1024;
 };
 using Config128x256 = TileConfig<256, 4>;
 using Config128x128 = TileConfig<128, 6>;
@@ -212,6 +220,89 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* crow, int col, int n_o
   }
 }
 
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m, register m of every
+// lane holds (row lane / 4, columns 2 * (lane % 4) + {0, 1}) of matrix m: the wgmma accumulator's
+// layout for one row half and one 8-column block.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// Epilogue through shared memory (every epilogue without kGemmEpiAccumulate). The warp applies
+// SwiGLU / the row scale in fp32, rounds to bf16 and writes its 16 rows x kOutBlocks * 8 output
+// columns 64 columns at a time into its private 2 KB staging area with stmatrix, then stores each
+// row as 16-byte chunks (8 lanes per 128-byte row segment, full sectors). Rows >= t.rows and
+// columns >= n_out are masked; a chunk straddling n_out is stored element by element. Only
+// __syncwarp is needed: the staging area is private to the warp.
+// acc: the warpgroup's 64 x BN accumulator, acc(c + 2 * rr + 4 * j) = row 8 * rr + lane / 4 of the
+// warp's 16, column 8 * j + 2 * (lane % 4) + c.
+template <int kOutBlocks, bool kSwiGLU, class Frag>
+__device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileCoord& t, const Frag& acc,
+                                                char* warp_stage, int cw, int lane_idx) {
+  constexpr int kNB = kOutBlocks < 8 ? kOutBlocks : 8;  // 8-column blocks per pass (<= 64 columns)
+  static_assert(kOutBlocks % kNB == 0 && kNB % 2 == 0, "output blocks come in pairs");
+  const int row_base = kEpiWarpRows * cw;  // first tile row of this warp
+  float scale[2] = {1.0f, 1.0f};
+  if (p.epilogue & kGemmEpiRowScale) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int r = row_base + lane_idx / 4 + 8 * rr;
+      if (r < t.rows) scale[rr] = __ldg(p.row_scale + t.a_row0 + r);
+    }
+  }
+  const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(warp_stage));
+  // stmatrix row address of this lane: matrix m = lane / 8 (row half m % 2, block pair m / 2), row i.
+  const int st_i = lane_idx % 8, st_m = lane_idx / 8;
+  const int st_row = 8 * (st_m & 1) + st_i;
+  const int col_base = kSwiGLU ? t.n0 / 2 : t.n0;
+  __nv_bfloat16* c = static_cast<__nv_bfloat16*>(p.c);
+  auto value = [&](int rr, int jo, int e) -> float {
+    if constexpr (kSwiGLU) {
+      const int gi = e + 2 * rr + 8 * jo;  // gate block 2 * jo, up block 2 * jo + 1
+      return silu(acc(gi)) * acc(gi + 4) * scale[rr];
+    } else {
+      return acc(e + 2 * rr + 4 * jo) * scale[rr];
+    }
+  };
+#pragma unroll
+  for (int q = 0; q < kOutBlocks / kNB; ++q) {
+#pragma unroll
+    for (int jp = 0; jp < kNB / 2; ++jp) {
+      const int jo = q * kNB + 2 * jp;
+      const int jj = 2 * jp + (st_m >> 1);
+      stmatrix_x4(stage_addr + st_row * 128 + ((jj ^ st_i) << 4),
+                  pack_bf16x2(value(0, jo, 0), value(0, jo, 1)), pack_bf16x2(value(1, jo, 0), value(1, jo, 1)),
+                  pack_bf16x2(value(0, jo + 1, 0), value(0, jo + 1, 1)),
+                  pack_bf16x2(value(1, jo + 1, 0), value(1, jo + 1, 1)));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < kNB / 2; ++it) {
+      const int idx = it * 32 + lane_idx;
+      const int row = idx / kNB, jj = idx % kNB;
+      const uint4 v = *reinterpret_cast<const uint4*>(warp_stage + row * 128 + ((jj ^ (row & 7)) << 4));
+      const int r = row_base + row;
+      const int col = col_base + 8 * (q * kNB + jj);
+      if (r < t.rows && col < p.n_out) {
+        __nv_bfloat16* dst = c + static_cast<int64_t>(t.a_row0 + r) * p.ldc + col;
+        if (col + 8 <= p.n_out) {
+          *reinterpret_cast<uint4*>(dst) = v;
+        } else {
+          const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+          for (int k = 0; k < p.n_out - col; ++k) dst[k] = e[k];
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
 template <class Cfg, bool kAMn, bool kBMn, bool kSetMaxNReg, class Waiter>
 __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTileArgs& a, char* smem_raw,
                                                int thread_idx, Waiter& wait) {
@@ -223,7 +314,8 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   T* smem_a = reinterpret_cast<T*>(smem);
   T* smem_b = reinterpret_cast<T*>(smem + kStages * Cfg::kStageBytesA);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  char* epi_stage = smem + Cfg::kRingBytes;  // kEpiStageBytes, 2 KB per consumer warp
+  uint64_t* full = reinterpret_cast<uint64_t*>(epi_stage + kEpiStageBytes);
   uint64_t* empty = full + kStages;
 
   const int warp_idx = thread_idx / 32;
@@ -333,7 +425,17 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if (signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
       warpgroup_fence_operand(acc);
 
-      // Epilogue: masked direct stores from the wgmma accumulator layout. Thread (warp w of its
+      if ((p.epilogue & kGemmEpiAccumulate) == 0) {
+        const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
+        char* warp_stage = epi_stage + cw * kEpiWarpBytes;
+        if (p.epilogue & kGemmEpiSwiGLU) {
+          epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane_idx);
+        } else {
+          epilogue_staged<kBN / 8, false>(p, t, acc, warp_stage, cw, lane_idx);
+        }
+        continue;
+      }
+      // Accumulate (C += ...): masked direct stores from the wgmma accumulator layout. Thread (warp w of its
       // warpgroup, lane l) holds rows r0 + 8 * rr (rr < 2), r0 = 64 * wg + 16 * w + l / 4, and
       // columns 8 * j + 2 * (l % 4) + {0, 1} (j < BN / 8): acc index = c + 2 * rr + 4 * j.
       const int r0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane_idx / 4;

@@ -1,0 +1,560 @@
+// Fused TP/SP layers: plan construction (which tasks, in which order, waiting on what) and the
+// layer object that owns every virtual rank's buffers.
+//
+// Building blocks (R = M / W rows per rank, BM = 128):
+//   all-gather  copy tasks on the SOURCE rank push row pieces (one per 128-row block of the
+//               gathered matrix) into every rank's kGathered and signal that block's counter on
+//               the destination. Rank r receives chunk (r + k) % W at step k: local data first.
+//   gemm        tiles of the engine; a tile reading gathered rows waits, inside its pipeline,
+//               for exactly the 128-row block (or K-slice) it is about to load (deferred waits).
+//   partial+reduce  each rank computes its partial [M, N] tile by tile (owner o's rows at step o,
+//               the same order on every rank) and signals the owner's per-tile counter; the owner's
+//               reduce task sums the W partials in rank order (fp32) once all arrived, writing its
+//               rows (ReduceScatter) or every rank's rows (AllReduce).
+//
+//   insertion order (= priority among ready tasks; claims follow it), e.g. AG+GEMM:
+//     copies(step 0) copies(step 1) gemm(step 0) copies(step 2) gemm(step 1) ... gemm(step W-1)
+//   GEMM+RS:  gemm(owner 0) gemm(owner 1) reduce(owner 0) gemm(owner 2) reduce(owner 1) ...
+#include "kosmos/tp.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/reduce_tile.h"
+#include "ops/op_runner.h"
+
+namespace kosmos {
+
+const char* to_string(TpOp op) {
+  switch (op) {
+    case TpOp::kAgGemm: return "ag_gemm";
+    case TpOp::kGemmRs: return "gemm_rs";
+    case TpOp::kGemmAr: return "gemm_ar";
+    case TpOp::kColParallelBwd: return "col_parallel_bwd";
+    case TpOp::kRowParallelBwd: return "row_parallel_bwd";
+  }
+  return "unknown";
+}
+
+const char* to_string(TpBuffer b) {
+  switch (b) {
+    case TpBuffer::kX: return "X";
+    case TpBuffer::kW: return "W";
+    case TpBuffer::kY: return "Y";
+    case TpBuffer::kGathered: return "gathered";
+    case TpBuffer::kPartial: return "partial";
+    case TpBuffer::kDY: return "dY";
+    case TpBuffer::kDX: return "dX";
+    case TpBuffer::kDW: return "dW";
+    case TpBuffer::kCount: break;
+  }
+  return "unknown";
+}
+
+TpBufferShape tp_buffer_shape(const TpConfig& c, TpBuffer b) {
+  const int64_t W = c.world, M = c.m, N = c.n, K = c.k, R = M / std::max(1, c.world);
+  auto S = [](int64_t r, int64_t cl) { return TpBufferShape{true, r, cl}; };
+  const bool many = W > 1;
+  switch (c.op) {
+    case TpOp::kAgGemm:
+      if (b == TpBuffer::kX) return S(R, K);
+      if (b == TpBuffer::kW) return S(K, N / W);
+      if (b == TpBuffer::kY) return S(M, N / W);
+      if (b == TpBuffer::kGathered && many) return S(M, K);
+      break;
+    case TpOp::kGemmRs:
+    case TpOp::kGemmAr:
+      if (b == TpBuffer::kX) return S(M, K / W);
+      if (b == TpBuffer::kW) return S(K / W, N);
+      if (b == TpBuffer::kPartial && many) return S(M, N);
+      if (b == TpBuffer::kY) return c.op == TpOp::kGemmRs ? S(R, N) : S(M, N);
+      break;
+    case TpOp::kColParallelBwd:
+      if (b == TpBuffer::kX) return S(R, K);
+      if (b == TpBuffer::kW) return S(K, N / W);
+      if (b == TpBuffer::kDY) return S(M, N / W);
+      if (b == TpBuffer::kGathered && many) return S(M, K);
+      if (b == TpBuffer::kPartial && many) return S(M, K);
+      if (b == TpBuffer::kDX) return S(R, K);
+      if (b == TpBuffer::kDW) return S(K, N / W);
+      break;
+    case TpOp::kRowParallelBwd:
+      if (b == TpBuffer::kX) return S(M, K / W);
+      if (b == TpBuffer::kW) return S(K / W, N);
+      if (b == TpBuffer::kDY) return S(R, N);
+      if (b == TpBuffer::kGathered && many) return S(M, N);
+      if (b == TpBuffer::kDX) return S(M, K / W);
+      if (b == TpBuffer::kDW) return S(K / W, N);
+      break;
+  }
+  return {};
+}
+
+namespace {
+
+using kernels::gemm::GemmTileArgs;
+constexpr int kBM = kernels::gemm::kGemmBlockM;
+uint32_t buf(TpBuffer b) { return uint32_t(b); }
+
+// A task before it goes into a builder, tagged with its phase for the unfused composition
+// (phase 0: communication / partial products; phase 1: what consumes them).
+struct TaskRec {
+  plan::TaskKind kind;
+  uint32_t rank;
+  uint32_t args[plan::kTaskArgWords] = {};
+  std::vector<plan::Wait> waits;
+  std::vector<plan::Signal> signals;
+  int phase = 0;
+};
+
+struct GemmRef {  // a GEMM problem's geometry, for tiling
+  uint32_t problem;
+  int32_t m_tiles, n_tiles, bn;
+  int phase;
+};
+
+class TpPlanner {
+ public:
+  explicit TpPlanner(const TpConfig& c, int ctas) : c_(c), W_(c.world), R_(c.m / c.world), ctas_(ctas) {}
+
+  // Declares a GEMM problem on `rank` over TP buffers (dense row-major, leading dim = cols).
+  Status add_problem(uint32_t rank, TpBuffer a, bool a_col_major, TpBuffer b, bool b_transposed, TpBuffer cbuf,
+                     int64_t m, int64_t n, int64_t k, ops::GemmWaitRule rule, int phase, GemmRef* ref) {
+    ops::GemmProblemSpec s;
+    auto& d = s.desc;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    d.a_col_major = a_col_major;
+    d.lda = a_col_major ? m : k;
+    d.b_transposed = b_transposed;
+    d.ldb = b_transposed ? k : n;
+    d.ldc = n;
+    d.num_sms = ctas_;
+    s.rank = rank;
+    s.a_buffer = buf(a);
+    s.b_buffer = buf(b);
+    s.c_buffer = buf(cbuf);
+    s.rule = rule;
+    // Validate shapes now (dummy aligned pointers; the real ones are bound before the first run).
+    kernels::gemm::GemmDesc probe = d;
+    probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
+    probe.encode_tma = false;
+    kernels::gemm::GemmParams p;
+    Status st = kernels::gemm::make_gemm_params(probe, &p);
+    if (!st) return Status(st.code(), std::string(to_string(c_.op)) + " GEMM on rank " + std::to_string(rank) + ": " + st.message());
+    *ref = GemmRef{uint32_t(problems_.size()), p.num_m_tiles, p.num_n_tiles, kernels::gemm::gemm_block_n(p.tile_shape), phase};
+    problems_.push_back(s);
+    phases_.push_back(phase);
+    return Status::ok();
+  }
+
+  // GEMM tasks over m-blocks [mb0, mb1), runs down M, n-block major. `deferred` lists the
+  // counters every task of this range waits on inside its pipeline; `per_tile_signal` adds
+  // signals for tile (mb, nb).
+  template <class SignalFn>
+  void gemm_tasks(const GemmRef& g, uint32_t rank, int mb0, int mb1, uint32_t run, const std::vector<uint32_t>& deferred,
+                  bool deferred_per_mblock, uint32_t deferred_base, SignalFn&& per_tile_signal) {
+    mb1 = std::min(mb1, g.m_tiles);
+    for (int nb = 0; nb < g.n_tiles; ++nb)
+      for (int mb = mb0; mb < mb1; mb += int(run)) {
+        const uint32_t count = std::min<uint32_t>(run, uint32_t(mb1 - mb));
+        TaskRec t{plan::TaskKind::kGemmTile, rank};
+        GemmTileArgs a{g.problem, uint32_t(mb), uint32_t(nb), count, {}};
+        std::memcpy(t.args, &a, sizeof(a));
+        for (uint32_t w : deferred) t.waits.push_back({w, plan::kWaitAll | plan::kDeferredWait});
+        if (deferred_per_mblock)
+          for (uint32_t i = 0; i < count; ++i) t.waits.push_back({deferred_base + mb + i, plan::kWaitAll | plan::kDeferredWait});
+        for (uint32_t i = 0; i < count; ++i) per_tile_signal(t, mb + int(i), nb);
+        t.phase = g.phase;
+        tasks_.push_back(std::move(t));
+      }
+  }
+
+  // All-gather step k: every destination r receives chunk (r + k) % W of `src` into `dst`.
+  void allgather_step(int k, TpBuffer src, TpBuffer dst, int64_t cols, uint32_t counter_base) {
+    for (int r = 0; r < W_; ++r) {
+      const int c = (r + k) % W_;
+      for (int64_t row = int64_t(c) * R_; row < int64_t(c + 1) * R_;) {
+        const int64_t mb = row / kBM;
+        const int64_t end = std::min<int64_t>(int64_t(c + 1) * R_, (mb + 1) * kBM);
+        TaskRec t{plan::TaskKind::kCopy, uint32_t(c)};
+        plan::CopyArgs a{uint16_t(buf(src)), uint16_t(c), uint16_t(buf(dst)), uint16_t(r),
+                         uint64_t(row - int64_t(c) * R_) * cols * 2, uint64_t(row) * cols * 2, uint64_t(end - row) * cols * 2};
+        std::memcpy(t.args, &a, sizeof(a));
+        t.signals.push_back({uint32_t(counter_base + mb), uint16_t(r), 1});
+        t.phase = 0;
+        tasks_.push_back(std::move(t));
+        row = end;
+      }
+    }
+  }
+
+  // Reduce tasks of owner o for a partial problem with tile geometry g over [M, cols].
+  void reduce_owner(int o, const GemmRef& g, int64_t cols, TpBuffer out, bool broadcast, uint32_t rs_base) {
+    const int64_t r0 = int64_t(o) * R_, r1 = r0 + R_;
+    for (int64_t mb = r0 / kBM; mb * kBM < r1; ++mb)
+      for (int nb = 0; nb < g.n_tiles; ++nb) {
+        const int64_t row0 = std::max(r0, mb * kBM), row1 = std::min(r1, (mb + 1) * kBM);
+        TaskRec t{plan::TaskKind::kReduceTile, uint32_t(o)};
+        kernels::ReduceArgs a{};
+        a.src_buffer = uint16_t(buf(TpBuffer::kPartial));
+        a.dst_buffer = uint16_t(buf(out));
+        a.num_sources = uint16_t(W_);
+        a.flags = broadcast ? kernels::kReduceBroadcast : 0;
+        a.src_row0 = uint32_t(row0);
+        a.dst_row0 = uint32_t(broadcast ? row0 : row0 - r0);
+        a.col0 = uint32_t(nb) * g.bn;
+        a.rows = uint32_t(row1 - row0);
+        a.cols = uint32_t(std::min<int64_t>(g.bn, cols - a.col0));
+        a.src_ld = a.dst_ld = uint32_t(cols);
+        std::memcpy(t.args, &a, sizeof(a));
+        t.waits.push_back({uint32_t(rs_base + mb * g.n_tiles + nb), plan::kWaitAll});
+        t.phase = 1;
+        tasks_.push_back(std::move(t));
+      }
+  }
+
+  // Partial-product tiles of rank s for owner o's rows; each tile signals its owners' counters.
+  void partial_owner(int o, const GemmRef& g, uint32_t s, uint32_t run, uint32_t rs_base) {
+    const int mb0 = int((int64_t(o) * R_) / kBM), mb1 = int((int64_t(o + 1) * R_ + kBM - 1) / kBM);
+    // A block straddling two owners belongs to the first owner's step (its start row).
+    const int first = (int64_t(mb0) * kBM < int64_t(o) * R_) ? mb0 + 1 : mb0;
+    const int last = (o == W_ - 1) ? g.m_tiles : int((int64_t(o + 1) * R_) / kBM) + ((int64_t(o + 1) * R_) % kBM ? 1 : 0);
+    (void)mb1;
+    gemm_tasks(g, s, first, last, run, {}, false, 0, [&](TaskRec& t, int mb, int nb) {
+      const int64_t row0 = int64_t(mb) * kBM, row1 = std::min<int64_t>(c_.m, row0 + kBM);
+      for (int64_t owner = row0 / R_; owner < W_ && owner * R_ < row1; ++owner)
+        t.signals.push_back({uint32_t(rs_base + mb * g.n_tiles + nb), uint16_t(owner), 1});
+    });
+  }
+
+  Status build_plans(std::vector<plan::Plan>* plans, std::vector<std::vector<ops::GemmProblemSpec>>* specs) const {
+    plans->clear();
+    specs->clear();
+    const int num = c_.fused ? 1 : 2;
+    for (int ph = 0; ph < num; ++ph) {
+      plan::PlanBuilder b(uint32_t(W_), std::string(to_string(c_.op)) + (c_.fused ? "" : ph ? "_phase1" : "_phase0"));
+      for (uint32_t i = 0; i < uint32_t(TpBuffer::kCount); ++i) {
+        const TpBufferShape sh = tp_buffer_shape(c_, TpBuffer(i));
+        b.add_buffer(to_string(TpBuffer(i)), sh.exists ? uint64_t(sh.rows) * sh.cols * 2 : 0, true);
+      }
+      b.add_counters(num_counters_);
+      for (const TaskRec& t : tasks_) {
+        if (!c_.fused && t.phase != ph) continue;
+        uint32_t id = b.add_task(t.kind, t.rank);
+        (void)id;
+        // payload
+        b.set_args(id, t.args);
+        for (const plan::Wait& w : t.waits)
+          if (c_.fused) b.wait(id, w.counter, w.target);  // unfused: every wait crosses the phase boundary
+        for (const plan::Signal& s : t.signals)
+          if (c_.fused) b.signal(id, s.rank, s.counter, s.amount);
+      }
+      plan::Plan p;
+      KOSMOS_RETURN_IF_ERROR(b.build(&p));
+      plans->push_back(std::move(p));
+      std::vector<ops::GemmProblemSpec> sp = problems_;
+      if (!c_.fused)
+        for (auto& s : sp) s.rule = ops::GemmWaitRule{};
+      specs->push_back(std::move(sp));
+    }
+    return Status::ok();
+  }
+
+  uint32_t counters(uint32_t n) {
+    uint32_t base = num_counters_;
+    num_counters_ += n;
+    return base;
+  }
+  uint32_t run_for(const GemmRef& g, int m_tiles) const {
+    return ops::choose_run_length(m_tiles, g.n_tiles, std::max(1, ctas_ / W_));
+  }
+  int W() const { return W_; }
+  int64_t R() const { return R_; }
+  std::vector<TaskRec>& tasks() { return tasks_; }
+
+ private:
+  TpConfig c_;
+  int W_;
+  int64_t R_;
+  int ctas_;
+  uint32_t num_counters_ = 0;
+  std::vector<ops::GemmProblemSpec> problems_;
+  std::vector<int> phases_;
+  std::vector<TaskRec> tasks_;
+};
+
+Status validate(const TpConfig& c) {
+  KOSMOS_CHECK(c.world >= 1 && c.world <= 64, "TP world = ", c.world, ", expected 1..64");
+  KOSMOS_CHECK(c.m > 0 && c.n > 0 && c.k > 0, "TP sizes must be positive, got M = ", c.m, ", N = ", c.n, ", K = ", c.k);
+  KOSMOS_CHECK(c.m % c.world == 0, "TP: M = ", c.m, " is not divisible by the world size ", c.world);
+  const bool split_n = c.op == TpOp::kAgGemm || c.op == TpOp::kColParallelBwd;
+  if (split_n) KOSMOS_CHECK(c.n % c.world == 0, "TP ", to_string(c.op), ": N = ", c.n, " is not divisible by the world size ", c.world);
+  else KOSMOS_CHECK(c.k % c.world == 0, "TP ", to_string(c.op), ": K = ", c.k, " is not divisible by the world size ", c.world);
+  const int64_t local = split_n ? c.n / c.world : c.k / c.world;
+  KOSMOS_CHECK(local % 8 == 0 && c.n % 8 == 0 && c.k % 8 == 0, "TP ", to_string(c.op), ": N = ", c.n, ", K = ", c.k,
+               " and the per-rank shard ", local, " must be multiples of 8 (16-byte rows for TMA)");
+  return Status::ok();
+}
+
+// Builds the tasks of one op into the planner.
+Status plan_op(const TpConfig& c, TpPlanner& P) {
+  const int W = P.W();
+  const int64_t M = c.m, N = c.n, K = c.k, R = P.R();
+  const int64_t MB = (M + kBM - 1) / kBM;
+  const uint32_t noop_sig = 0;
+  (void)noop_sig;
+  auto no_signal = [](TaskRec&, int, int) {};
+  ops::GemmWaitRule none;
+
+  switch (c.op) {
+    case TpOp::kAgGemm: {
+      if (W == 1) {
+        GemmRef g;
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kY, M, N, K, none, 1, &g));
+        P.gemm_tasks(g, 0, 0, g.m_tiles, P.run_for(g, g.m_tiles), {}, false, 0, no_signal);
+        return Status::ok();
+      }
+      const uint32_t ag = P.counters(uint32_t(MB));
+      std::vector<GemmRef> g(W);
+      ops::GemmWaitRule rule{ag, uint32_t(kBM), 0, 0};
+      for (int r = 0; r < W; ++r)
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, false, TpBuffer::kW, false, TpBuffer::kY, M, N / W, K, rule, 1, &g[r]));
+      const int chunk_tiles = int((R + kBM - 1) / kBM);
+      P.allgather_step(0, TpBuffer::kX, TpBuffer::kGathered, K, ag);
+      for (int k = 0; k < W; ++k) {
+        if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kX, TpBuffer::kGathered, K, ag);
+        for (int r = 0; r < W; ++r) {
+          const int ch = (r + k) % W;
+          const int mb0 = int((int64_t(ch) * R + kBM - 1) / kBM), mb1 = ch == W - 1 ? g[r].m_tiles : int((int64_t(ch + 1) * R + kBM - 1) / kBM);
+          // blocks straddling a chunk boundary start in the earlier chunk's step
+          const int s0 = (int64_t(mb0) * kBM > int64_t(ch) * R && mb0 > 0) ? mb0 - 1 : mb0;
+          const int start = (ch > 0 && (int64_t(ch) * R) % kBM) ? int((int64_t(ch) * R) / kBM) + 1 : int((int64_t(ch) * R) / kBM);
+          (void)s0;
+          P.gemm_tasks(g[r], r, start, mb1 > start ? mb1 : start, P.run_for(g[r], chunk_tiles), {}, true, ag, no_signal);
+        }
+      }
+      return Status::ok();
+    }
+    case TpOp::kGemmRs:
+    case TpOp::kGemmAr: {
+      const bool ar = c.op == TpOp::kGemmAr;
+      if (W == 1) {
+        GemmRef g;
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kY, M, N, K, none, 0, &g));
+        P.gemm_tasks(g, 0, 0, g.m_tiles, P.run_for(g, g.m_tiles), {}, false, 0, no_signal);
+        return Status::ok();
+      }
+      std::vector<GemmRef> g(W);
+      for (int s = 0; s < W; ++s)
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(s, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kPartial, M, N, K / W, none, 0, &g[s]));
+      const uint32_t rs = P.counters(uint32_t(MB * g[0].n_tiles));
+      const uint32_t run = P.run_for(g[0], int((R + kBM - 1) / kBM));
+      for (int o = 0; o < W; ++o) {
+        for (int s = 0; s < W; ++s) P.partial_owner(o, g[s], s, run, rs);
+        if (o > 0) P.reduce_owner(o - 1, g[0], N, TpBuffer::kY, ar, rs);
+      }
+      P.reduce_owner(W - 1, g[0], N, TpBuffer::kY, ar, rs);
+      return Status::ok();
+    }
+    case TpOp::kColParallelBwd: {
+      // dX_r = RS(dY_r · W_rᵀ) [R, K];  dW_r = AG(X)ᵀ · dY_r [K, N/W]
+      if (W == 1) {
+        GemmRef gx, gw;
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kDX, M, K, N, none, 0, &gx));
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N, M, none, 1, &gw));
+        P.gemm_tasks(gx, 0, 0, gx.m_tiles, P.run_for(gx, gx.m_tiles), {}, false, 0, no_signal);
+        P.gemm_tasks(gw, 0, 0, gw.m_tiles, P.run_for(gw, gw.m_tiles), {}, false, 0, no_signal);
+        return Status::ok();
+      }
+      const uint32_t ag = P.counters(uint32_t(MB));
+      std::vector<GemmRef> gx(W), gw(W);
+      for (int s = 0; s < W; ++s)
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(s, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kPartial, M, K, N / W, none, 0, &gx[s]));
+      ops::GemmWaitRule rule{ag, 0, uint32_t(kBM), 0};
+      for (int r = 0; r < W; ++r)
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N / W, M, rule, 1, &gw[r]));
+      const uint32_t rs = P.counters(uint32_t(MB * gx[0].n_tiles));
+      const uint32_t run = P.run_for(gx[0], int((R + kBM - 1) / kBM));
+      for (int o = 0; o < W; ++o) {
+        P.allgather_step(o, TpBuffer::kX, TpBuffer::kGathered, K, ag);
+        for (int s = 0; s < W; ++s) P.partial_owner(o, gx[s], s, run, rs);
+        if (o > 0) P.reduce_owner(o - 1, gx[0], K, TpBuffer::kDX, false, rs);
+      }
+      P.reduce_owner(W - 1, gx[0], K, TpBuffer::kDX, false, rs);
+      std::vector<uint32_t> all(MB);
+      for (int64_t i = 0; i < MB; ++i) all[i] = ag + uint32_t(i);
+      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, P.run_for(gw[r], gw[r].m_tiles), all, false, 0, no_signal);
+      return Status::ok();
+    }
+    case TpOp::kRowParallelBwd: {
+      // dX_r = AG(dY) · W_rᵀ [M, K/W];  dW_r = X_rᵀ · AG(dY) [K/W, N]
+      if (W == 1) {
+        GemmRef gx, gw;
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kDX, M, K, N, none, 1, &gx));
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N, M, none, 1, &gw));
+        P.gemm_tasks(gx, 0, 0, gx.m_tiles, P.run_for(gx, gx.m_tiles), {}, false, 0, no_signal);
+        P.gemm_tasks(gw, 0, 0, gw.m_tiles, P.run_for(gw, gw.m_tiles), {}, false, 0, no_signal);
+        return Status::ok();
+      }
+      const uint32_t ag = P.counters(uint32_t(MB));
+      std::vector<GemmRef> gx(W), gw(W);
+      ops::GemmWaitRule mrule{ag, uint32_t(kBM), 0, 0}, krule{ag, 0, uint32_t(kBM), 0};
+      for (int r = 0; r < W; ++r) {
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, false, TpBuffer::kW, true, TpBuffer::kDX, M, K / W, N, mrule, 1, &gx[r]));
+        KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kX, true, TpBuffer::kGathered, false, TpBuffer::kDW, K / W, N, M, krule, 1, &gw[r]));
+      }
+      const int chunk_tiles = int((R + kBM - 1) / kBM);
+      P.allgather_step(0, TpBuffer::kDY, TpBuffer::kGathered, N, ag);
+      for (int k = 0; k < W; ++k) {
+        if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kDY, TpBuffer::kGathered, N, ag);
+        for (int r = 0; r < W; ++r) {
+          const int ch = (r + k) % W;
+          const int start = (ch > 0 && (int64_t(ch) * R) % kBM) ? int((int64_t(ch) * R) / kBM) + 1 : int((int64_t(ch) * R) / kBM);
+          const int end = ch == W - 1 ? gx[r].m_tiles
+                                      : (((int64_t(ch + 1) * R) % kBM) ? int((int64_t(ch + 1) * R) / kBM) + 1 : int((int64_t(ch + 1) * R) / kBM));
+          P.gemm_tasks(gx[r], r, start, std::max(start, end), P.run_for(gx[r], chunk_tiles), {}, true, ag, no_signal);
+        }
+      }
+      std::vector<uint32_t> all(MB);
+      for (int64_t i = 0; i < MB; ++i) all[i] = ag + uint32_t(i);
+      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, P.run_for(gw[r], gw[r].m_tiles), all, false, 0, no_signal);
+      return Status::ok();
+    }
+  }
+  return Status(StatusCode::kInvalidArgument, "unknown TP op");
+}
+
+}  // namespace
+
+struct TpLayer::Impl {
+  TpConfig cfg;
+  std::vector<plan::Plan> plans;
+  std::vector<std::unique_ptr<ops::OpRunner>> runners;
+  std::vector<void*> mem;  // [buffer * world + rank]
+  std::vector<std::vector<uint8_t>> host_mem;
+  ~Impl() {
+    if (!cfg.cpu)
+      for (void* p : mem)
+        if (p) cudaFree(p);
+  }
+};
+
+TpLayer::~TpLayer() = default;
+
+Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) {
+  KOSMOS_CHECK(out != nullptr, "TpLayer::plan: out is null");
+  KOSMOS_RETURN_IF_ERROR(validate(cfg));
+  int ctas = 132;
+  if (!cfg.cpu) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, dev);
+    cudaGetLastError();
+    if (cfg.max_ctas > 0) ctas = std::min(ctas, cfg.max_ctas);
+  }
+  TpPlanner P(cfg, ctas);
+  KOSMOS_RETURN_IF_ERROR(plan_op(cfg, P));
+  // A W = 1 problem may have put everything in one phase; the unfused composition then has an
+  // empty phase, which is skipped.
+  std::vector<plan::Plan> plans;
+  std::vector<std::vector<ops::GemmProblemSpec>> specs;
+  KOSMOS_RETURN_IF_ERROR(P.build_plans(&plans, &specs));
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  const uint32_t W = uint32_t(cfg.world), nb = uint32_t(TpBuffer::kCount);
+  impl->mem.assign(size_t(nb) * W, nullptr);
+  impl->host_mem.resize(size_t(nb) * W);
+  for (uint32_t b = 0; b < nb; ++b) {
+    const TpBufferShape sh = tp_buffer_shape(cfg, TpBuffer(b));
+    if (!sh.exists) continue;
+    const size_t bytes = size_t(sh.rows) * sh.cols * 2;
+    for (uint32_t r = 0; r < W; ++r) {
+      if (cfg.cpu) {
+        impl->host_mem[b * W + r].assign(bytes + 16, 0);
+        impl->mem[b * W + r] = impl->host_mem[b * W + r].data();
+      } else {
+        void* p = nullptr;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+          cudaGetLastError();
+          return Status(StatusCode::kCudaError, "TpLayer: cudaMalloc of " + std::to_string(bytes) + " bytes for " +
+                                                    to_string(TpBuffer(b)) + " failed");
+        }
+        impl->mem[b * W + r] = p;
+      }
+    }
+  }
+  ops::RunnerOptions ro;
+  ro.executor = cfg.cpu ? ops::ExecutorKind::kCpu : ops::ExecutorKind::kGpu;
+  ro.watchdog_seconds = cfg.watchdog_seconds;
+  ro.trace = cfg.trace;
+  ro.max_ctas = cfg.max_ctas;
+  ro.cpu_workers = 4;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (plans[i].tasks.empty()) continue;
+    std::unique_ptr<ops::OpRunner> r;
+    KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(plans[i], specs[i], ro, &r));
+    for (uint32_t b = 0; b < nb; ++b)
+      for (uint32_t rank = 0; rank < W; ++rank) {
+        void* p = impl->mem[b * W + rank];
+        // Absent buffers get a harmless stand-in: no task touches them.
+        KOSMOS_RETURN_IF_ERROR(r->bind(b, rank, p ? p : impl->mem[uint32_t(TpBuffer::kX) * W + rank]));
+      }
+    impl->runners.push_back(std::move(r));
+    impl->plans.push_back(plans[i]);
+  }
+  std::unique_ptr<TpLayer> layer(new TpLayer());
+  layer->impl_ = std::move(impl);
+  *out = std::move(layer);
+  return Status::ok();
+}
+
+void* TpLayer::buffer(TpBuffer b, int rank) const { return impl_->mem.at(size_t(b) * impl_->cfg.world + rank); }
+
+size_t TpLayer::buffer_bytes(TpBuffer b) const {
+  const TpBufferShape s = tp_buffer_shape(impl_->cfg, b);
+  return s.exists ? size_t(s.rows) * s.cols * 2 : 0;
+}
+
+Status TpLayer::run(cudaStream_t stream) {
+  for (auto& r : impl_->runners) KOSMOS_RETURN_IF_ERROR(r->run(stream));
+  return Status::ok();
+}
+
+Status TpLayer::finish(cudaStream_t stream) {
+  for (auto& r : impl_->runners) KOSMOS_RETURN_IF_ERROR(r->finish(stream));
+  return Status::ok();
+}
+
+Status TpLayer::read_trace(std::vector<runtime::TraceRecord>* out) const {
+  out->clear();
+  for (auto& r : impl_->runners) {
+    std::vector<runtime::TraceRecord> t;
+    KOSMOS_RETURN_IF_ERROR(r->read_trace(&t));
+    out->insert(out->end(), t.begin(), t.end());
+  }
+  return Status::ok();
+}
+
+size_t TpLayer::num_tasks() const {
+  size_t n = 0;
+  for (auto& p : impl_->plans) n += p.tasks.size();
+  return n;
+}
+
+std::string TpLayer::describe() const {
+  std::ostringstream os;
+  for (auto& p : impl_->plans) {
+    size_t kinds[32] = {};
+    for (auto& t : p.tasks) kinds[std::min<size_t>(size_t(t.kind), 31)]++;
+    os << p.name << ": " << p.tasks.size() << " tasks (" << kinds[size_t(plan::TaskKind::kCopy)] << " copy, "
+       << kinds[size_t(plan::TaskKind::kGemmTile)] << " gemm, " << kinds[size_t(plan::TaskKind::kReduceTile)]
+       << " reduce), " << p.num_counters << " counters/rank; ";
+  }
+  return os.str();
+}
+
+}  // namespace kosmos
