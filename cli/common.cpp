@@ -81,6 +81,7 @@ void add_bench(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks of fused ops against their baselines (same process, same run)");
   bench->require_subcommand(1);
   add_bench_gemm(*bench);
+  add_bench_tp(*bench);
 }
 
 }  // namespace kosmos::cli

@@ -15,6 +15,7 @@ add_library(kosmos_transport STATIC
   ${_kosmos_root}/src/transport/nccl_transport.cpp
   ${_kosmos_root}/src/transport/unique_id_file.cpp
   ${_kosmos_root}/src/transport/lsa_pointers.cu
+  ${_kosmos_root}/src/transport/tp_adapter.cpp
 )
 target_include_directories(kosmos_transport PUBLIC ${_kosmos_root}/include PRIVATE ${_kosmos_root}/src)
 target_include_directories(kosmos_transport SYSTEM PUBLIC ${KOSMOS_NCCL_INCLUDE})
@@ -35,7 +36,8 @@ if(KOSMOS_BUILD_TESTS)
   set_target_properties(kosmos_transport_test_kernels PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 
   # One GPU, one-rank communicator (label gpu); skips without a GPU.
-  add_executable(kosmos_nccl_transport_tests ${_kosmos_root}/tests/gpu/test_nccl_transport.cpp)
+  add_executable(kosmos_nccl_transport_tests ${_kosmos_root}/tests/gpu/test_nccl_transport.cpp
+                 ${_kosmos_root}/tests/gpu/test_nccl_tp.cpp)
   target_include_directories(kosmos_nccl_transport_tests PRIVATE ${_kosmos_root}/src ${_kosmos_root}/tests)
   target_link_libraries(kosmos_nccl_transport_tests PRIVATE kosmos_transport_test_kernels GTest::gtest_main)
   target_compile_options(kosmos_nccl_transport_tests PRIVATE ${KOSMOS_CXX_FLAGS})
@@ -43,7 +45,8 @@ if(KOSMOS_BUILD_TESTS)
 
   # 2 / 4 / 8 GPUs (label multigpu); skip when fewer GPUs are visible. scripts/run_multigpu.sh runs
   # them in both launch modes.
-  add_executable(kosmos_multigpu_tests ${_kosmos_root}/tests/multigpu/test_nccl_multigpu.cpp)
+  add_executable(kosmos_multigpu_tests ${_kosmos_root}/tests/multigpu/test_nccl_multigpu.cpp
+                 ${_kosmos_root}/tests/multigpu/test_tp_multigpu.cpp)
   target_include_directories(kosmos_multigpu_tests PRIVATE ${_kosmos_root}/src ${_kosmos_root}/tests)
   target_link_libraries(kosmos_multigpu_tests PRIVATE kosmos_transport_test_kernels GTest::gtest_main)
   target_compile_options(kosmos_multigpu_tests PRIVATE ${KOSMOS_CXX_FLAGS})

@@ -2,7 +2,7 @@
 # Runs the multi-GPU transport tests (label multigpu) in both launch modes:
 #   1. one process driving all visible GPUs   (SingleProcess.Ring2/4/8; each skips when fewer GPUs)
 #   2. one process per GPU via RANK / WORLD_SIZE / LOCAL_RANK / KOSMOS_NCCL_ID_FILE, for W = 2, 4, 8
-#      up to the number of visible GPUs (EnvLaunch.Ring)
+#      up to the number of visible GPUs (EnvLaunch.Ring, then the fused TP ops: TpMultiGpu.*)
 # Usage: scripts/run_multigpu.sh [BUILD_DIR]   (default: build; the binary is BUILD_DIR/kosmos_multigpu_tests)
 # NCCL: the binary is built against NCCL 2.28.9 headers; when the Python env has the nvidia-nccl wheel,
 # its libnccl is put first on LD_LIBRARY_PATH (override with KOSMOS_NCCL_LIB_DIR). The transport
@@ -25,14 +25,15 @@ echo "== mode 1: one process, all GPUs"
 "$BIN" --gtest_filter='SingleProcess.*' || status=1
 
 echo "== mode 2: one process per GPU"
+for FILTER in 'EnvLaunch.*' 'TpMultiGpu.*'; do   # each suite makes its own communicator: own launch
 for W in 2 4 8; do
-  if (( W > NGPU )); then echo "W=$W: skipped (needs $W GPUs, $NGPU visible)"; continue; fi
+  if (( W > NGPU )); then echo "$FILTER W=$W: skipped (needs $W GPUs, $NGPU visible)"; continue; fi
   ID_FILE=$(mktemp -u "${TMPDIR:-/tmp}/kosmos_nccl_id.XXXXXX")   # fresh per launch
   LOG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/kosmos_multigpu_W$W.XXXXXX")
   pids=()
   for (( r = 0; r < W; ++r )); do
     RANK=$r WORLD_SIZE=$W LOCAL_RANK=$r KOSMOS_NCCL_ID_FILE=$ID_FILE \
-      timeout 300 "$BIN" --gtest_filter='EnvLaunch.*' >"$LOG_DIR/rank$r.log" 2>&1 &
+      timeout 300 "$BIN" --gtest_filter="$FILTER" >"$LOG_DIR/rank$r.log" 2>&1 &
     pids+=($!)
   done
   w_status=0
@@ -40,6 +41,7 @@ for W in 2 4 8; do
     wait "${pids[$r]}" || { w_status=1; echo "W=$W rank $r FAILED (log: $LOG_DIR/rank$r.log)"; tail -20 "$LOG_DIR/rank$r.log"; }
   done
   rm -f "$ID_FILE"
-  if (( w_status == 0 )); then echo "W=$W: all $W ranks passed"; grep -h '\[ info \]' "$LOG_DIR"/rank*.log; else status=1; fi
+  if (( w_status == 0 )); then echo "$FILTER W=$W: all $W ranks passed"; grep -h '\[ info \]' "$LOG_DIR"/rank*.log; else status=1; fi
+done
 done
 exit $status

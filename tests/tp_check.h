@@ -28,8 +28,10 @@ inline void copy_buffer(TpLayer& L, const TpConfig& c, TpBuffer b, int r, void* 
   (void)r;
 }
 
-// Random inputs into the layer (and h); outputs poisoned (NaN).
-inline void fill_inputs(TpLayer& L, TpHost& h, uint64_t seed) {
+// Random inputs into the layer (and h); outputs poisoned (NaN). only_rank >= 0: a distributed
+// layer, where this process writes only its own rank's memory (all ranks' data is still made on
+// the host, from the same seeds, for the reference).
+inline void fill_inputs(TpLayer& L, TpHost& h, uint64_t seed, int only_rank = -1) {
   const TpConfig& c = h.cfg;
   for (uint32_t bi = 0; bi < uint32_t(TpBuffer::kCount); ++bi) {
     const TpBuffer b = TpBuffer(bi);
@@ -40,18 +42,19 @@ inline void fill_inputs(TpLayer& L, TpHost& h, uint64_t seed) {
     for (int r = 0; r < c.world; ++r) {
       const size_t n = size_t(s.rows) * s.cols;
       h.buf[bi][r] = input ? random_bf16(n, seed + 97 * bi + r, b == TpBuffer::kW ? 0.5f : 1.0f) : std::vector<uint16_t>(n, 0x7FC1);
-      copy_buffer(L, c, b, r, L.buffer(b, r), h.buf[bi][r].data(), n * 2, true);
+      if (only_rank < 0 || r == only_rank) copy_buffer(L, c, b, r, L.buffer(b, r), h.buf[bi][r].data(), n * 2, true);
     }
   }
 }
 
-inline void read_outputs(TpLayer& L, TpHost& h) {
+inline void read_outputs(TpLayer& L, TpHost& h, int only_rank = -1) {
   const TpConfig& c = h.cfg;
   for (uint32_t bi = 0; bi < uint32_t(TpBuffer::kCount); ++bi) {
     const TpBufferShape s = tp_buffer_shape(c, TpBuffer(bi));
     if (!s.exists) continue;
     for (int r = 0; r < c.world; ++r)
-      copy_buffer(L, c, TpBuffer(bi), r, h.buf[bi][r].data(), L.buffer(TpBuffer(bi), r), h.buf[bi][r].size() * 2, false);
+      if (only_rank < 0 || r == only_rank)
+        copy_buffer(L, c, TpBuffer(bi), r, h.buf[bi][r].data(), L.buffer(TpBuffer(bi), r), h.buf[bi][r].size() * 2, false);
   }
 }
 
@@ -87,12 +90,13 @@ inline std::vector<uint16_t> concat_rows(const std::vector<std::vector<uint16_t>
 }
 
 // Checks every output of the op against fp64; returns "" or a description of the worst failure.
-inline std::string check_tp(TpHost& h, double tol = 1e-2) {
+inline std::string check_tp(TpHost& h, double tol = 1e-2, int only_rank = -1) {
   const TpConfig& c = h.cfg;
   const int W = c.world;
   const int64_t M = c.m, N = c.n, K = c.k, R = M / W;
   std::string err;
   auto expect = [&](const std::string& what, const std::vector<uint16_t>& out, const std::vector<double>& ref) {
+    if (only_rank >= 0 && what.find("rank " + std::to_string(only_rank)) == std::string::npos) return;
     const double e = rel_err(out, ref);
     if (!(e < tol) && err.empty()) err = what + ": relative error " + std::to_string(e);
   };

@@ -130,6 +130,12 @@ struct Plan {
 // (for the stress modes). Returns indices into plan.tasks.
 std::vector<uint32_t> random_topological_order(const Plan& plan, uint64_t seed);
 
+// The part of a multi-rank plan that one process runs (one process per GPU): the tasks of `rank`
+// in the same relative order (a restriction of one global topological order, so the deadlock
+// argument still holds across processes); signals that other ranks' tasks send into this
+// rank's counters become external arrivals. Counter totals are unchanged.
+Plan restrict_to_rank(const Plan& plan, uint32_t rank);
+
 // Human-readable dump (kosmos plan --dump).
 std::string dump(const Plan& plan, size_t max_tasks = SIZE_MAX);
 

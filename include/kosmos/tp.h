@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,11 +64,25 @@ struct TpBufferShape {
 };
 TpBufferShape tp_buffer_shape(const TpConfig& cfg, TpBuffer b);
 
+// What a multi-GPU transport supplies for one process = one rank (see transport.h for NCCL):
+// symmetric allocation (every rank calls it with the same size, collectively; peers[r] is rank r's
+// memory mapped for this GPU) and a host-stream barrier across ranks.
+struct TpDistributed {
+  int rank = 0;
+  std::function<Status(size_t bytes, std::vector<void*>* peers)> alloc_symmetric;
+  std::function<Status(cudaStream_t)> barrier;
+};
+
 // One TP layer on virtual ranks (all ranks in this process, one GPU or the CPU executor). It owns
 // every rank's buffers; fill inputs through buffer(), run, read outputs.
 class TpLayer {
  public:
   static Status plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out);
+  // One rank of a multi-GPU (or one-rank NCCL) layer: this process runs only its rank's tasks;
+  // buffers and counters live in symmetric memory, signals and fences use .sys scope, and each
+  // run() is preceded by the transport's barrier, so no rank's run e+1 signals reach a peer still
+  // in run e. buffer(b, r) is valid for r == rank only.
+  static Status plan_distributed(const TpConfig& cfg, const TpDistributed& dist, std::unique_ptr<TpLayer>* out);
   ~TpLayer();
   void* buffer(TpBuffer b, int rank) const;  // device memory (GPU) or host memory (CPU)
   size_t buffer_bytes(TpBuffer b) const;
@@ -78,6 +93,7 @@ class TpLayer {
   std::string describe() const;  // plan summary
 
  private:
+  static Status plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::unique_ptr<TpLayer>* out);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -138,3 +138,11 @@ class NcclTransport {
 };
 
 }  // namespace kosmos::transport
+
+#include "kosmos/tp.h"
+
+namespace kosmos::transport {
+// Adapter: lets TpLayer::plan_distributed allocate symmetric buffers and barrier through `t`
+// (which must outlive the layer; the buffers are freed when `t` is destroyed).
+TpDistributed make_tp_distributed(NcclTransport& t);
+}  // namespace kosmos::transport

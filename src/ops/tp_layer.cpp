@@ -433,12 +433,14 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
 
 struct TpLayer::Impl {
   TpConfig cfg;
+  const TpDistributed* dist = nullptr;
+  TpDistributed dist_copy;
   std::vector<plan::Plan> plans;
   std::vector<std::unique_ptr<ops::OpRunner>> runners;
   std::vector<void*> mem;  // [buffer * world + rank]
   std::vector<std::vector<uint8_t>> host_mem;
   ~Impl() {
-    if (!cfg.cpu)
+    if (!cfg.cpu && !dist)
       for (void* p : mem)
         if (p) cudaFree(p);
   }
@@ -446,7 +448,17 @@ struct TpLayer::Impl {
 
 TpLayer::~TpLayer() = default;
 
-Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) {
+Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) { return plan_impl(cfg, nullptr, out); }
+
+Status TpLayer::plan_distributed(const TpConfig& cfg, const TpDistributed& dist, std::unique_ptr<TpLayer>* out) {
+  KOSMOS_CHECK(!cfg.cpu, "TpLayer::plan_distributed runs on GPUs (cfg.cpu must be false)");
+  KOSMOS_CHECK(dist.rank >= 0 && dist.rank < cfg.world, "TpLayer::plan_distributed: rank ", dist.rank, " out of range for world ",
+               cfg.world);
+  KOSMOS_CHECK(dist.alloc_symmetric && dist.barrier, "TpLayer::plan_distributed: the transport must supply alloc_symmetric and barrier");
+  return plan_impl(cfg, &dist, out);
+}
+
+Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::unique_ptr<TpLayer>* out) {
   KOSMOS_CHECK(out != nullptr, "TpLayer::plan: out is null");
   KOSMOS_RETURN_IF_ERROR(validate(cfg));
   int ctas = 132;
@@ -465,6 +477,11 @@ Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) {
   KOSMOS_RETURN_IF_ERROR(P.build_plans(&plans, &specs));
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
+  if (dist) {
+    impl->dist_copy = *dist;
+    impl->dist = &impl->dist_copy;
+    for (auto& p : plans) p = plan::restrict_to_rank(p, uint32_t(dist->rank));
+  }
   const uint32_t W = uint32_t(cfg.world), nb = uint32_t(TpBuffer::kCount);
   impl->mem.assign(size_t(nb) * W, nullptr);
   impl->host_mem.resize(size_t(nb) * W);
@@ -472,6 +489,13 @@ Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) {
     const TpBufferShape sh = tp_buffer_shape(cfg, TpBuffer(b));
     if (!sh.exists) continue;
     const size_t bytes = size_t(sh.rows) * sh.cols * 2;
+    if (dist) {  // symmetric: every rank allocates the same bytes; peers[r] maps rank r's memory
+      std::vector<void*> peers;
+      KOSMOS_RETURN_IF_ERROR(dist->alloc_symmetric(bytes, &peers));
+      KOSMOS_CHECK(peers.size() == W, "transport returned ", peers.size(), " peer pointers for world ", W);
+      for (uint32_t r = 0; r < W; ++r) impl->mem[b * W + r] = peers[r];
+      continue;
+    }
     for (uint32_t r = 0; r < W; ++r) {
       if (cfg.cpu) {
         impl->host_mem[b * W + r].assign(bytes + 16, 0);
@@ -503,6 +527,17 @@ Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) {
         // Absent buffers get a harmless stand-in: no task touches them.
         KOSMOS_RETURN_IF_ERROR(r->bind(b, rank, p ? p : impl->mem[uint32_t(TpBuffer::kX) * W + rank]));
       }
+    if (dist) {  // counters in symmetric memory, .sys scope
+      std::vector<void*> peers;
+      KOSMOS_RETURN_IF_ERROR(dist->alloc_symmetric(sizeof(uint64_t) * std::max<uint32_t>(plans[i].num_counters, 1), &peers));
+      std::vector<uint64_t*> arrays;
+      std::vector<bool> local;
+      for (uint32_t rank = 0; rank < W; ++rank) {
+        arrays.push_back(static_cast<uint64_t*>(peers.at(rank)));
+        local.push_back(int(rank) == dist->rank);
+      }
+      KOSMOS_RETURN_IF_ERROR(r->gpu()->use_transport(arrays, local));
+    }
     impl->runners.push_back(std::move(r));
     impl->plans.push_back(plans[i]);
   }
@@ -520,7 +555,10 @@ size_t TpLayer::buffer_bytes(TpBuffer b) const {
 }
 
 Status TpLayer::run(cudaStream_t stream) {
-  for (auto& r : impl_->runners) KOSMOS_RETURN_IF_ERROR(r->run(stream));
+  for (auto& r : impl_->runners) {
+    if (impl_->dist) KOSMOS_RETURN_IF_ERROR(impl_->dist->barrier(stream));  // epoch barrier across ranks
+    KOSMOS_RETURN_IF_ERROR(r->run(stream));
+  }
   return Status::ok();
 }
 

@@ -288,6 +288,35 @@ Status PlanBuilder::build(Plan* out) const {
   return Status::ok();
 }
 
+Plan restrict_to_rank(const Plan& plan, uint32_t rank) {
+  Plan out;
+  out.name = plan.name + "@rank" + std::to_string(rank);
+  out.world = plan.world;
+  out.num_counters = plan.num_counters;
+  out.counter_totals = plan.counter_totals;
+  out.buffers = plan.buffers;
+  out.external_totals.assign(plan.counter_totals.size(), 0);
+  // Arrivals into this rank's counters from outside the kept tasks are external.
+  for (uint32_t c = 0; c < plan.num_counters; ++c) {
+    const size_t slot = size_t(rank) * plan.num_counters + c;
+    out.external_totals[slot] = plan.counter_totals[slot];
+  }
+  for (const Task& t : plan.tasks) {
+    if (t.rank != rank) continue;
+    Task k = t;
+    k.first_wait = uint32_t(out.waits.size());
+    k.first_signal = uint32_t(out.signals.size());
+    for (uint32_t w = 0; w < t.num_waits; ++w) out.waits.push_back(plan.waits[t.first_wait + w]);
+    for (uint32_t s = 0; s < t.num_signals; ++s) {
+      const Signal& sg = plan.signals[t.first_signal + s];
+      out.signals.push_back(sg);
+      if (sg.rank == rank) out.external_totals[size_t(rank) * plan.num_counters + sg.counter] -= sg.amount;
+    }
+    out.tasks.push_back(k);
+  }
+  return out;
+}
+
 std::vector<uint32_t> random_topological_order(const Plan& plan, uint64_t seed) {
   RandomQueue ready;
   ready.rng.seed(seed);

@@ -187,3 +187,35 @@ TEST(Plan, RandomDagIsValidAndDumps) {
     }
   }
 }
+
+TEST(Plan, RestrictToRankKeepsOrderAndMakesPeerSignalsExternal) {
+  RandomDagOptions o;
+  o.num_tasks = 400;
+  o.world = 3;
+  Plan p;
+  ASSERT_TRUE(make_random_dag(o, 9, &p).is_ok());
+  size_t kept = 0;
+  for (uint32_t r = 0; r < 3; ++r) {
+    Plan q = restrict_to_rank(p, r);
+    kept += q.tasks.size();
+    uint32_t last = 0;
+    bool first = true;
+    for (const Task& t : q.tasks) {
+      EXPECT_EQ(t.rank, r);
+      // relative order preserved
+      size_t pos = 0;
+      while (p.tasks[pos].id != t.id) ++pos;
+      if (!first) EXPECT_GT(pos, last);
+      last = uint32_t(pos);
+      first = false;
+    }
+    // local signals + external == total for every counter of rank r
+    for (uint32_t c = 0; c < q.num_counters; ++c) {
+      uint64_t local = 0;
+      for (const Signal& s : q.signals)
+        if (s.rank == r && s.counter == c) local += s.amount;
+      EXPECT_EQ(local + q.external_totals[size_t(r) * q.num_counters + c], q.total(r, c));
+    }
+  }
+  EXPECT_EQ(kept, p.tasks.size());
+}

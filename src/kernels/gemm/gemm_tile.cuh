@@ -49,6 +49,10 @@
 
 #include "gemm_params.h"
 
+#ifndef KOSMOS_GEMM_STAGGER_KB
+#define KOSMOS_GEMM_STAGGER_KB 0
+#endif
+
 namespace kosmos::kernels::gemm {
 
 // Runtime hook that never waits (standalone tests and benchmarks).
@@ -294,8 +298,12 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
         if (col + 8 <= p.n_out) {
           *reinterpret_cast<uint4*>(dst) = v;
         } else {
-          const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
-          for (int k = 0; k < p.n_out - col; ++k) dst[k] = e[k];
+          uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {  // constant indices: v stays in registers
+            const uint32_t word = k < 2 ? v.x : k < 4 ? v.y : k < 6 ? v.z : v.w;
+            if (col + k < p.n_out) d16[k] = static_cast<uint16_t>(word >> (16 * (k & 1)));
+          }
         }
       }
     }
@@ -404,6 +412,14 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc);
       int prev_stage = -1;
+#if KOSMOS_GEMM_STAGGER_KB > 0
+      // Experimental: the second consumer warpgroup starts kStaggerKb k-blocks behind the first
+      // (named barrier 1, 256 threads, once per call) so their epilogues do not coincide.
+      constexpr int kStaggerKb = KOSMOS_GEMM_STAGGER_KB;
+      static_assert(kStaggerKb < kStages, "the lead must fit in the ring");
+      const int stagger_kb = min(kStaggerKb, num_kb) - 1;
+      if (i == 0 && ct >= 128) asm volatile("bar.sync 1, 256;" ::: "memory");
+#endif
       for (int kb = 0; kb < num_kb; ++kb) {
         cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
         warpgroup_arrive();
@@ -413,6 +429,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
           mma.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
+#if KOSMOS_GEMM_STAGGER_KB > 0
+        if (i == 0 && kb == stagger_kb && ct < 128) asm volatile("bar.arrive 1, 256;" ::: "memory");
+#endif
         warpgroup_wait<1>();
         if (prev_stage >= 0 && signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
         prev_stage = stage;

@@ -1,0 +1,42 @@
+// TP ops through the NCCL transport: symmetric buffers and counters, .sys scope, barrier-separated
+// runs. On one GPU: a one-rank communicator, end to end, every op.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "../tp_check.h"
+#include "kosmos/runtime.h"
+#include "kosmos/transport.h"
+
+using namespace kosmos;
+using namespace kosmos::test;
+
+TEST(NcclTp, OneRankCommunicatorEveryOp) {
+  auto info = runtime::query_device(0);
+  if (!info.available || info.cc_major != 9) GTEST_SKIP() << "no Hopper (sm_90) GPU visible";
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  std::unique_ptr<transport::NcclTransport> t;
+  Status s = transport::NcclTransport::create_from_env(&t);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  const TpDistributed dist = transport::make_tp_distributed(*t);
+  for (TpOp op : {TpOp::kAgGemm, TpOp::kGemmRs, TpOp::kGemmAr, TpOp::kColParallelBwd, TpOp::kRowParallelBwd}) {
+    TpConfig c;
+    c.op = op;
+    c.world = 1;
+    c.m = 1000;
+    c.n = 264;
+    c.k = 520;
+    std::unique_ptr<TpLayer> L;
+    s = TpLayer::plan_distributed(c, dist, &L);
+    ASSERT_TRUE(s.is_ok()) << to_string(op) << ": " << s.to_string();
+    TpHost h{c};
+    fill_inputs(*L, h, 4242, 0);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(L->run(nullptr).is_ok());
+    s = L->finish(nullptr);
+    ASSERT_TRUE(s.is_ok()) << to_string(op) << ": " << s.to_string();
+    read_outputs(*L, h, 0);
+    EXPECT_EQ(check_tp(h, 1e-2, 0), "") << to_string(op);
+  }
+}
