@@ -30,6 +30,10 @@ enum class TaskKind : uint16_t {
   kChecksum = 3,   // writes a 64-bit checksum of a buffer range into another buffer
   kGemmTile = 16,  // one output tile of a GEMM (kernels/gemm); payload GemmTileArgs
   kReduceTile = 17,  // fixed-order sum of `world` bf16 tiles into one or all ranks; ReduceArgs
+  kMoeRoute = 18,    // MoE: count a rank's (token, slot) entries per expert (kernels/moe_tasks)
+  kMoeOffsets = 19,  // MoE: a rank's receive layout (group sizes and offsets) from all counts
+  kMoeDispatch = 20, // MoE: push token rows (and router weights) to the experts' ranks
+  kMoeCombine = 21,  // MoE: per token, sum its k expert outputs in slot order
   kNumKinds,
 };
 const char* to_string(TaskKind kind);

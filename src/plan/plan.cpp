@@ -23,6 +23,10 @@ const char* to_string(TaskKind kind) {
     case TaskKind::kChecksum: return "checksum";
     case TaskKind::kGemmTile: return "gemm_tile";
     case TaskKind::kReduceTile: return "reduce_tile";
+    case TaskKind::kMoeRoute: return "moe_route";
+    case TaskKind::kMoeOffsets: return "moe_offsets";
+    case TaskKind::kMoeDispatch: return "moe_dispatch";
+    case TaskKind::kMoeCombine: return "moe_combine";
     case TaskKind::kNumKinds: break;
   }
   return "unknown";

@@ -16,6 +16,11 @@ const char* kind_colour(plan::TaskKind kind) {
     case plan::TaskKind::kCopy: return "#ef6c00";      // communication / data movement: orange
     case plan::TaskKind::kChecksum: return "#fbc02d";
     case plan::TaskKind::kGemmTile: return "#1e88e5";  // compute: blue
+    case plan::TaskKind::kReduceTile: return "#e53935";  // cross-rank reduction: red
+    case plan::TaskKind::kMoeDispatch: return "#f57c00";
+    case plan::TaskKind::kMoeCombine: return "#c62828";
+    case plan::TaskKind::kMoeRoute:
+    case plan::TaskKind::kMoeOffsets: return "#8d6e63";
     default: return "#43a047";
   }
 }
