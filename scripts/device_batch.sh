@@ -3,8 +3,11 @@
 # writing logs and JSON under $OUT. Usage on the GPU machine: scripts/device_batch.sh [steps...]
 # Steps: info gpu-tests runtime-bench trace demo gemm-tests gemm-bench (default: all present)
 set -uo pipefail
-out="${OUT:-/tmp/kosmos-out}"
-mkdir -p "$out"
+# Everything is written to a work folder and packed into $OUT/results.tgz at the end (the device
+# tool returns at most 8 files).
+final="${OUT:-/tmp/kosmos-out}"
+out=$(mktemp -d /tmp/kosmos-batch.XXXXXX)
+mkdir -p "$final"
 bin=build
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(info gpu-tests runtime-bench trace demo)
@@ -18,8 +21,24 @@ for s in "${steps[@]}"; do
     trace) $bin/kosmos trace --executor gpu --world 8 --chunks 32 --json "$out/trace.json" --svg "$out/trace.svg" 2>&1 ;;
     demo) $bin/kosmos demo 2>&1 | tee "$out/demo.log" ;;
     bench-gemm) $bin/kosmos bench gemm --json "$out/bench-gemm.json" 2>&1 | tee "$out/bench-gemm.log" ;;
+    nccl-tests)
+      nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
+      LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests 2>&1 | tee "$out/nccl-tests.log" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error" ;;
+    bench-tp)
+      for spec in "llama3-70b ag_gemm" "llama3-70b gemm_rs" "llama3-70b gemm_ar" "llama3-70b ag_gemm --backward" \
+                  "llama3-70b gemm_rs --backward" "llama3-8b ag_gemm" "small-m ag_gemm" "gpt3-175b gemm_rs"; do
+        set -- $spec
+        name="tp-$1-$2${3:+-bwd}-w8"
+        $bin/kosmos bench tp --model $1 --op $2 $3 --world 8 --reps 10 --json "$out/$name.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-tp.log"
+      done
+      $bin/kosmos bench tp --model llama3-70b --op ag_gemm --world 1 --reps 10 --json "$out/tp-llama3-70b-ag_gemm-w1.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-tp.log"
+      $bin/kosmos bench tp --model llama3-8b --op ag_gemm --world 8 --reps 3 --trace-svg "$out/trace-ag-gemm-w8.svg" > /dev/null 2>&1
+      $bin/kosmos bench tp --model llama3-8b --op gemm_rs --world 8 --reps 3 --trace-svg "$out/trace-gemm-rs-w8.svg" > /dev/null 2>&1
+      ;;
     gemm-tests) $bin/tests/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
     gemm-bench) $bin/gemm_engine_bench --json "$out/gemm-bench.json" 2>&1 | tee "$out/gemm-bench.log" | tail -30 ;;
     *) echo "unknown step $s" ;;
   esac
 done
+tar czf "$final/results.tgz" -C "$out" .
+echo "packed $(ls "$out" | wc -l) files into $final/results.tgz"

@@ -49,8 +49,8 @@
 
 #include "gemm_params.h"
 
-#ifndef KOSMOS_GEMM_STAGGER_KB
-#define KOSMOS_GEMM_STAGGER_KB 0
+#ifndef KOSMOS_GEMM_EPI_STS
+#define KOSMOS_GEMM_EPI_STS 0  // 1: staged epilogue with st.shared.b32 instead of stmatrix
 #endif
 
 namespace kosmos::kernels::gemm {
@@ -111,6 +111,18 @@ struct TileTraits {
   using TiledMma = decltype(make_tiled_mma(
       GMMA::ss_op_selector<T, T, float, Shape<_64, BN, BK>, kMajorA, kMajorB>(), Layout<Shape<_2, _1, _1>>{}));
 };
+
+// Named barriers (0 is __syncthreads): kRegsBarrier = consumers returned their registers
+// (256 arrive + 128 sync), kConsumerBarrier = both consumer warpgroups (256 threads).
+inline constexpr int kRegsBarrier = 1;
+inline constexpr int kConsumerBarrier = 2;
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -280,10 +292,23 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
     for (int jp = 0; jp < kNB / 2; ++jp) {
       const int jo = q * kNB + 2 * jp;
       const int jj = 2 * jp + (st_m >> 1);
+#if KOSMOS_GEMM_EPI_STS
+      (void)jj;
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {  // matrix m: row half m % 2, block jo + m / 2; 4 bytes per lane
+        const int row = 8 * (m & 1) + lane_idx / 4, blk = 2 * jp + (m >> 1);
+        const uint32_t w = pack_bf16x2(value(m & 1, jo + (m >> 1), 0), value(m & 1, jo + (m >> 1), 1));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(stage_addr + row * 128 + ((blk ^ (row & 7)) << 4) +
+                                                      4 * (lane_idx % 4)),
+                     "r"(w)
+                     : "memory");
+      }
+#else
       stmatrix_x4(stage_addr + st_row * 128 + ((jj ^ st_i) << 4),
                   pack_bf16x2(value(0, jo, 0), value(0, jo, 1)), pack_bf16x2(value(1, jo, 0), value(1, jo, 1)),
                   pack_bf16x2(value(0, jo + 1, 0), value(0, jo + 1, 1)),
                   pack_bf16x2(value(1, jo + 1, 0), value(1, jo + 1, 1)));
+#endif
     }
     __syncwarp();
 #pragma unroll
@@ -387,7 +412,15 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         __syncwarp();
       }
     }
-    if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_alloc<kEntryRegs>();
+    if constexpr (kSetMaxNReg) {
+      // NOTE: setmaxnreg acts per warp on a per-CTA pool. Warps 1..3 reach this point at once; if
+      // they took registers back before the consumers' setmaxnreg.inc had been served, consumer
+      // warps could wait forever. So the producer warpgroup re-grows only after both consumer
+      // warpgroups have shrunk back (named barrier kRegsBarrier; it also orders this warpgroup's
+      // dec and inc as setmaxnreg requires).
+      named_barrier_sync(kRegsBarrier, 384);
+      cutlass::arch::warpgroup_reg_alloc<kEntryRegs>();
+    }
   } else {
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     const int ct = thread_idx - 128;
@@ -412,14 +445,6 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc);
       int prev_stage = -1;
-#if KOSMOS_GEMM_STAGGER_KB > 0
-      // Experimental: the second consumer warpgroup starts kStaggerKb k-blocks behind the first
-      // (named barrier 1, 256 threads, once per call) so their epilogues do not coincide.
-      constexpr int kStaggerKb = KOSMOS_GEMM_STAGGER_KB;
-      static_assert(kStaggerKb < kStages, "the lead must fit in the ring");
-      const int stagger_kb = min(kStaggerKb, num_kb) - 1;
-      if (i == 0 && ct >= 128) asm volatile("bar.sync 1, 256;" ::: "memory");
-#endif
       for (int kb = 0; kb < num_kb; ++kb) {
         cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
         warpgroup_arrive();
@@ -429,9 +454,6 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
           mma.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
-#if KOSMOS_GEMM_STAGGER_KB > 0
-        if (i == 0 && kb == stagger_kb && ct < 128) asm volatile("bar.arrive 1, 256;" ::: "memory");
-#endif
         warpgroup_wait<1>();
         if (prev_stage >= 0 && signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
         prev_stage = stage;
@@ -486,7 +508,11 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         }
       }
     }
-    if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kEntryRegs>();
+    if constexpr (kSetMaxNReg) {
+      named_barrier_sync(kConsumerBarrier, 256);  // the warpgroup syncs between its inc and dec
+      cutlass::arch::warpgroup_reg_dealloc<kEntryRegs>();
+      named_barrier_arrive(kRegsBarrier, 384);
+    }
   }
 }
 
