@@ -51,9 +51,9 @@ const std::map<std::string, Model> kModels = {{"llama3-70b", {28672, 8192}},
 
 struct Ctx {
   TpConfig cfg;
-  TpLayer* L;
-  cublasHandle_t h;
-  cudaStream_t s0, s1;
+  TpLayer* L = nullptr;
+  cublasHandle_t h = nullptr;
+  cudaStream_t s0 = nullptr, s1 = nullptr;
   std::vector<cudaEvent_t> ev;
 };
 
@@ -289,7 +289,9 @@ void add_bench_tp(CLI::App& bench) {
           if (cudaMemcpy(unfused->buffer(b, r), fused->buffer(b, r), fused->buffer_bytes(b), cudaMemcpyDeviceToDevice) != cudaSuccess)
             throw Error(Status(StatusCode::kCudaError, "copy inputs"));
         }
-    Ctx c{cfg, fused.get()};
+    Ctx c;
+    c.cfg = cfg;
+    c.L = fused.get();
     cublasCreate(&c.h);
     cudaStreamCreateWithFlags(&c.s0, cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&c.s1, cudaStreamNonBlocking);

@@ -2,6 +2,7 @@
 // bodies (384 threads = 3 warpgroups, the GEMM engine's shape; ~193 KB dynamic shared memory for
 // the GEMM ring). Built-in kinds (copy, checksum, ...) run on the same CTA shape.
 #include "kernels/gemm/gemm_tile.cuh"
+#include "kernels/moe_tasks.cuh"
 #include "kernels/reduce_tile.cuh"
 #include "ops/gemm_body.h"
 #include "ops/op_kernel.h"
@@ -44,12 +45,15 @@ struct OpBody {
       kernels::gemm::gemm_tile(body.problems[args.problem], args, smem, ctx.thread_idx, waiter);
     } else if (t.kind == plan::TaskKind::kReduceTile) {
       kernels::reduce_tile_device(t, ctx, kThreads);
+    } else if (kernels::is_moe_kind(t.kind)) {
+      kernels::moe_task_device(t, ctx, smem, kThreads);
     }
   }
 };
 
 bool op_supports(plan::TaskKind k) {
-  return k < plan::TaskKind::kGemmTile || k == plan::TaskKind::kGemmTile || k == plan::TaskKind::kReduceTile;
+  return k < plan::TaskKind::kGemmTile || k == plan::TaskKind::kGemmTile || k == plan::TaskKind::kReduceTile ||
+         kernels::is_moe_kind(k);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/moe_tasks.h"
 #include "kernels/reduce_tile.h"
 #include "ops/op_kernel.h"
 
@@ -60,6 +61,13 @@ Status OpRunner::create(const plan::Plan& plan, std::vector<GemmProblemSpec> pro
       kernels::reduce_tile_host(t.args<kernels::ReduceArgs>(), t.rank, self->plan_.world,
                                 [self](uint32_t b, uint32_t rank) { return self->cpu_->buffer(b, rank); });
     });
+    for (plan::TaskKind k : {plan::TaskKind::kMoeRoute, plan::TaskKind::kMoeOffsets, plan::TaskKind::kMoeDispatch,
+                             plan::TaskKind::kMoeCombine})
+      r->cpu_->set_host_body(k, [self](const plan::Task& t, runtime::HostTaskContext&) {
+        kernels::moe_task_host(
+            t, [](const void* c, uint32_t b, uint32_t rank) { return static_cast<const OpRunner*>(c)->cpu_->buffer(b, rank); },
+            self);
+      });
   }
   *out = std::move(r);
   return Status::ok();

@@ -102,6 +102,7 @@ uint32_t buf(TpBuffer b) { return uint32_t(b); }
 // A task before it goes into a builder, tagged with its phase for the unfused composition
 // (phase 0: communication / partial products; phase 1: what consumes them).
 struct TaskRec {
+  TaskRec(plan::TaskKind k, uint32_t r) : kind(k), rank(r) {}
   plan::TaskKind kind;
   uint32_t rank;
   uint32_t args[plan::kTaskArgWords] = {};
@@ -162,7 +163,7 @@ class TpPlanner {
     for (int nb = 0; nb < g.n_tiles; ++nb)
       for (int mb = mb0; mb < mb1; mb += int(run)) {
         const uint32_t count = std::min<uint32_t>(run, uint32_t(mb1 - mb));
-        TaskRec t{plan::TaskKind::kGemmTile, rank};
+        TaskRec t(plan::TaskKind::kGemmTile, rank);
         GemmTileArgs a{g.problem, uint32_t(mb), uint32_t(nb), count, {}};
         std::memcpy(t.args, &a, sizeof(a));
         for (uint32_t w : deferred) t.waits.push_back({w, plan::kWaitAll | plan::kDeferredWait});
@@ -181,7 +182,7 @@ class TpPlanner {
       for (int64_t row = int64_t(c) * R_; row < int64_t(c + 1) * R_;) {
         const int64_t mb = row / kBM;
         const int64_t end = std::min<int64_t>(int64_t(c + 1) * R_, (mb + 1) * kBM);
-        TaskRec t{plan::TaskKind::kCopy, uint32_t(c)};
+        TaskRec t(plan::TaskKind::kCopy, uint32_t(c));
         plan::CopyArgs a{uint16_t(buf(src)), uint16_t(c), uint16_t(buf(dst)), uint16_t(r),
                          uint64_t(row - int64_t(c) * R_) * cols * 2, uint64_t(row) * cols * 2, uint64_t(end - row) * cols * 2};
         std::memcpy(t.args, &a, sizeof(a));
@@ -199,7 +200,7 @@ class TpPlanner {
     for (int64_t mb = r0 / kBM; mb * kBM < r1; ++mb)
       for (int nb = 0; nb < g.n_tiles; ++nb) {
         const int64_t row0 = std::max(r0, mb * kBM), row1 = std::min(r1, (mb + 1) * kBM);
-        TaskRec t{plan::TaskKind::kReduceTile, uint32_t(o)};
+        TaskRec t(plan::TaskKind::kReduceTile, uint32_t(o));
         kernels::ReduceArgs a{};
         a.src_buffer = uint16_t(buf(TpBuffer::kPartial));
         a.dst_buffer = uint16_t(buf(out));
@@ -220,11 +221,9 @@ class TpPlanner {
 
   // Partial-product tiles of rank s for owner o's rows; each tile signals its owners' counters.
   void partial_owner(int o, const GemmRef& g, uint32_t s, uint32_t run, uint32_t rs_base) {
-    const int mb0 = int((int64_t(o) * R_) / kBM), mb1 = int((int64_t(o + 1) * R_ + kBM - 1) / kBM);
-    // A block straddling two owners belongs to the first owner's step (its start row).
-    const int first = (int64_t(mb0) * kBM < int64_t(o) * R_) ? mb0 + 1 : mb0;
-    const int last = (o == W_ - 1) ? g.m_tiles : int((int64_t(o + 1) * R_) / kBM) + ((int64_t(o + 1) * R_) % kBM ? 1 : 0);
-    (void)mb1;
+    // A block straddling two owners is computed in the first owner's step (chunk_blocks' rule).
+    const int first = int((int64_t(o) * R_ + kBM - 1) / kBM);
+    const int last = o == W_ - 1 ? g.m_tiles : int((int64_t(o + 1) * R_ + kBM - 1) / kBM);
     gemm_tasks(g, s, first, last, run, {}, false, 0, [&](TaskRec& t, int mb, int nb) {
       const int64_t row0 = int64_t(mb) * kBM, row1 = std::min<int64_t>(c_.m, row0 + kBM);
       for (int64_t owner = row0 / R_; owner < W_ && owner * R_ < row1; ++owner)
@@ -245,8 +244,7 @@ class TpPlanner {
       b.add_counters(num_counters_);
       for (const TaskRec& t : tasks_) {
         if (!c_.fused && t.phase != ph) continue;
-        uint32_t id = b.add_task(t.kind, t.rank);
-        (void)id;
+        const uint32_t id = b.add_task(t.kind, t.rank);
         // payload
         b.set_args(id, t.args);
         for (const plan::Wait& w : t.waits)
@@ -301,24 +299,45 @@ Status validate(const TpConfig& c) {
   return Status::ok();
 }
 
+// A GEMM with no communication: every tile of the problem, no waits or signals.
+Status plain_gemm(TpPlanner& P, TpBuffer a, bool a_col, TpBuffer b, bool b_t, TpBuffer c, int64_t m, int64_t n, int64_t k,
+                  int phase) {
+  GemmRef g;
+  KOSMOS_RETURN_IF_ERROR(P.add_problem(0, a, a_col, b, b_t, c, m, n, k, ops::GemmWaitRule{}, phase, &g));
+  P.gemm_tasks(g, 0, 0, g.m_tiles, P.run_for(g, g.m_tiles), {}, false, 0, [](TaskRec&, int, int) {});
+  return Status::ok();
+}
+
+// 128-row blocks of gathered chunk `ch`: [ceil(ch*R/BM), ceil((ch+1)*R/BM)); a block straddling two
+// chunks belongs to the earlier chunk's step (it waits for both pieces through its counter).
+std::pair<int, int> chunk_blocks(int ch, int W, int64_t R, int m_tiles) {
+  auto ceil_blocks = [](int64_t rows) { return int((rows + kBM - 1) / kBM); };
+  return {ceil_blocks(int64_t(ch) * R), ch == W - 1 ? m_tiles : ceil_blocks(int64_t(ch + 1) * R)};
+}
+
+std::vector<uint32_t> counter_range(uint32_t base, int64_t n) {
+  std::vector<uint32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = base + uint32_t(i);
+  return v;
+}
+
+// W = 1 backward of either linear: dX = dY · Wᵀ and dW = Xᵀ · dY, no communication.
+Status plain_backward(TpPlanner& P, int64_t M, int64_t N, int64_t K) {
+  KOSMOS_RETURN_IF_ERROR(plain_gemm(P, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kDX, M, K, N, 0));
+  return plain_gemm(P, TpBuffer::kX, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N, M, 1);
+}
+
 // Builds the tasks of one op into the planner.
 Status plan_op(const TpConfig& c, TpPlanner& P) {
   const int W = P.W();
   const int64_t M = c.m, N = c.n, K = c.k, R = P.R();
   const int64_t MB = (M + kBM - 1) / kBM;
-  const uint32_t noop_sig = 0;
-  (void)noop_sig;
   auto no_signal = [](TaskRec&, int, int) {};
-  ops::GemmWaitRule none;
+  ops::GemmWaitRule none;  // partial products wait for nothing inside the tile
 
   switch (c.op) {
     case TpOp::kAgGemm: {
-      if (W == 1) {
-        GemmRef g;
-        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kY, M, N, K, none, 1, &g));
-        P.gemm_tasks(g, 0, 0, g.m_tiles, P.run_for(g, g.m_tiles), {}, false, 0, no_signal);
-        return Status::ok();
-      }
+      if (W == 1) return plain_gemm(P, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kY, M, N, K, 1);
       const uint32_t ag = P.counters(uint32_t(MB));
       std::vector<GemmRef> g(W);
       ops::GemmWaitRule rule{ag, uint32_t(kBM), 0, 0};
@@ -329,13 +348,8 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
       for (int k = 0; k < W; ++k) {
         if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kX, TpBuffer::kGathered, K, ag);
         for (int r = 0; r < W; ++r) {
-          const int ch = (r + k) % W;
-          const int mb0 = int((int64_t(ch) * R + kBM - 1) / kBM), mb1 = ch == W - 1 ? g[r].m_tiles : int((int64_t(ch + 1) * R + kBM - 1) / kBM);
-          // blocks straddling a chunk boundary start in the earlier chunk's step
-          const int s0 = (int64_t(mb0) * kBM > int64_t(ch) * R && mb0 > 0) ? mb0 - 1 : mb0;
-          const int start = (ch > 0 && (int64_t(ch) * R) % kBM) ? int((int64_t(ch) * R) / kBM) + 1 : int((int64_t(ch) * R) / kBM);
-          (void)s0;
-          P.gemm_tasks(g[r], r, start, mb1 > start ? mb1 : start, P.run_for(g[r], chunk_tiles), {}, true, ag, no_signal);
+          auto [b0, b1] = chunk_blocks((r + k) % W, W, R, g[r].m_tiles);
+          P.gemm_tasks(g[r], r, b0, std::max(b0, b1), P.run_for(g[r], chunk_tiles), {}, true, ag, no_signal);
         }
       }
       return Status::ok();
@@ -343,12 +357,7 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
     case TpOp::kGemmRs:
     case TpOp::kGemmAr: {
       const bool ar = c.op == TpOp::kGemmAr;
-      if (W == 1) {
-        GemmRef g;
-        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kY, M, N, K, none, 0, &g));
-        P.gemm_tasks(g, 0, 0, g.m_tiles, P.run_for(g, g.m_tiles), {}, false, 0, no_signal);
-        return Status::ok();
-      }
+      if (W == 1) return plain_gemm(P, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kY, M, N, K, 0);
       std::vector<GemmRef> g(W);
       for (int s = 0; s < W; ++s)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(s, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kPartial, M, N, K / W, none, 0, &g[s]));
@@ -363,14 +372,7 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
     }
     case TpOp::kColParallelBwd: {
       // dX_r = RS(dY_r · W_rᵀ) [R, K];  dW_r = AG(X)ᵀ · dY_r [K, N/W]
-      if (W == 1) {
-        GemmRef gx, gw;
-        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kDX, M, K, N, none, 0, &gx));
-        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N, M, none, 1, &gw));
-        P.gemm_tasks(gx, 0, 0, gx.m_tiles, P.run_for(gx, gx.m_tiles), {}, false, 0, no_signal);
-        P.gemm_tasks(gw, 0, 0, gw.m_tiles, P.run_for(gw, gw.m_tiles), {}, false, 0, no_signal);
-        return Status::ok();
-      }
+      if (W == 1) return plain_backward(P, M, N, K);
       const uint32_t ag = P.counters(uint32_t(MB));
       std::vector<GemmRef> gx(W), gw(W);
       for (int s = 0; s < W; ++s)
@@ -386,21 +388,13 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
         if (o > 0) P.reduce_owner(o - 1, gx[0], K, TpBuffer::kDX, false, rs);
       }
       P.reduce_owner(W - 1, gx[0], K, TpBuffer::kDX, false, rs);
-      std::vector<uint32_t> all(MB);
-      for (int64_t i = 0; i < MB; ++i) all[i] = ag + uint32_t(i);
+      const std::vector<uint32_t> all = counter_range(ag, MB);
       for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, P.run_for(gw[r], gw[r].m_tiles), all, false, 0, no_signal);
       return Status::ok();
     }
     case TpOp::kRowParallelBwd: {
       // dX_r = AG(dY) · W_rᵀ [M, K/W];  dW_r = X_rᵀ · AG(dY) [K/W, N]
-      if (W == 1) {
-        GemmRef gx, gw;
-        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kDX, M, K, N, none, 1, &gx));
-        KOSMOS_RETURN_IF_ERROR(P.add_problem(0, TpBuffer::kX, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N, M, none, 1, &gw));
-        P.gemm_tasks(gx, 0, 0, gx.m_tiles, P.run_for(gx, gx.m_tiles), {}, false, 0, no_signal);
-        P.gemm_tasks(gw, 0, 0, gw.m_tiles, P.run_for(gw, gw.m_tiles), {}, false, 0, no_signal);
-        return Status::ok();
-      }
+      if (W == 1) return plain_backward(P, M, N, K);
       const uint32_t ag = P.counters(uint32_t(MB));
       std::vector<GemmRef> gx(W), gw(W);
       ops::GemmWaitRule mrule{ag, uint32_t(kBM), 0, 0}, krule{ag, 0, uint32_t(kBM), 0};
@@ -413,15 +407,11 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
       for (int k = 0; k < W; ++k) {
         if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kDY, TpBuffer::kGathered, N, ag);
         for (int r = 0; r < W; ++r) {
-          const int ch = (r + k) % W;
-          const int start = (ch > 0 && (int64_t(ch) * R) % kBM) ? int((int64_t(ch) * R) / kBM) + 1 : int((int64_t(ch) * R) / kBM);
-          const int end = ch == W - 1 ? gx[r].m_tiles
-                                      : (((int64_t(ch + 1) * R) % kBM) ? int((int64_t(ch + 1) * R) / kBM) + 1 : int((int64_t(ch + 1) * R) / kBM));
-          P.gemm_tasks(gx[r], r, start, std::max(start, end), P.run_for(gx[r], chunk_tiles), {}, true, ag, no_signal);
+          auto [b0, b1] = chunk_blocks((r + k) % W, W, R, gx[r].m_tiles);
+          P.gemm_tasks(gx[r], r, b0, std::max(b0, b1), P.run_for(gx[r], chunk_tiles), {}, true, ag, no_signal);
         }
       }
-      std::vector<uint32_t> all(MB);
-      for (int64_t i = 0; i < MB; ++i) all[i] = ag + uint32_t(i);
+      const std::vector<uint32_t> all = counter_range(ag, MB);
       for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, P.run_for(gw[r], gw[r].m_tiles), all, false, 0, no_signal);
       return Status::ok();
     }

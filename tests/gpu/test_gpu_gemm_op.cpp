@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "gpu_skip.h"
+
 #include "../gemm_reference.h"
 #include "kosmos/gemm.h"
 #include "kosmos/runtime.h"
@@ -10,12 +12,6 @@
 using namespace kosmos;
 using namespace kosmos::test;
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    auto info = runtime::query_device(0);                                                \
-    if (!info.available || info.cc_major != 9)                                           \
-      GTEST_SKIP() << "no Hopper (sm_90) GPU visible: " << (info.available ? info.name : info.error); \
-  } while (0)
 
 namespace {
 struct Dev {

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "gpu_skip.h"
+
 #include <chrono>
 #include <random>
 #include <thread>
@@ -15,12 +17,6 @@ using namespace kosmos;
 using namespace kosmos::plan;
 using namespace kosmos::runtime;
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    auto info = query_device(0);                                                         \
-    if (!info.available || info.cc_major != 9)                                           \
-      GTEST_SKIP() << "no Hopper (sm_90) GPU visible: " << (info.available ? info.name : info.error); \
-  } while (0)
 
 TEST(GpuRuntime, ThousandRandomDagsUpTo100kTasks) {
   SKIP_WITHOUT_GPU();

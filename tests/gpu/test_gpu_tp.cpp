@@ -3,18 +3,14 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "gpu_skip.h"
+
 #include "../tp_check.h"
 #include "kosmos/runtime.h"
 
 using namespace kosmos;
 using namespace kosmos::test;
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    auto info = runtime::query_device(0);                                                \
-    if (!info.available || info.cc_major != 9)                                           \
-      GTEST_SKIP() << "no Hopper (sm_90) GPU visible: " << (info.available ? info.name : info.error); \
-  } while (0)
 
 namespace {
 void run_op(TpOp op, int W, int64_t M, int64_t N, int64_t K, int graph_replays = 0) {

@@ -9,15 +9,22 @@
 //                                   fence.proxy.async.global. Warps 1..3 idle.
 //   warpgroups 1, 2 (128..383):      consumers (cooperative): each owns BM/2 = 64 rows of the
 //                                   BM x BN tile, runs wgmma (SS, fp32 accumulators in registers)
-//                                   and the epilogue (masked direct bf16 stores to C).
+//                                   and the epilogue. Epilogue without kGemmEpiAccumulate: each warp
+//                                   rounds its 16 rows to bf16, writes 64 columns at a time into a
+//                                   private 2 KB shared staging area (stmatrix, XOR swizzle) and
+//                                   stores whole 128-byte row segments with 16-byte stores (masked);
+//                                   with kGemmEpiAccumulate: masked direct 4-byte read-add-stores.
 // With kSetMaxNReg the producer warpgroup drops to 40 registers and the consumers rise to 232;
-// both return to kEntryRegs (168, what __launch_bounds__(384, 1) gives) before returning.
+// both return to kEntryRegs (168, what __launch_bounds__(384, 1) gives) before returning: the
+// consumers shrink first, then arrive on named barrier 1 (384), on which the producer warpgroup
+// waits before it re-grows (setmaxnreg is per warp on a per-CTA pool; re-growing early could
+// starve a consumer warp still waiting in setmaxnreg.inc, a deadlock).
 //
 // Shared memory (1024-byte aligned inside `smem`; gemm_smem_bytes() includes the alignment slack):
-//   A ring: Stages x BM x 64 bf16 (16 KB/stage) | B ring: Stages x BN x 64 bf16 (32 or 16 KB) |
-//   full[Stages], empty[Stages] mbarriers (8 B each). Total incl. slack, every shape ~193 KB:
-//   128x256: 4 stages x 48 KB = 197,696 B;  128x128: 6 x 32 KB = 197,728 B;  128x64: 8 x 24 KB = 197,760 B
-//   (kGemmSmemBytesMax = 197,760). The ring's contents do not survive the call.
+//   A ring: Stages x BM x 64 bf16 (16 KB/stage) | B ring: Stages x BN x 64 bf16 (32/16/8 KB) |
+//   epilogue staging 8 warps x 16 rows x 128 B = 16 KB | full[Stages], empty[Stages] mbarriers.
+//   128x256: 4 stages x 48 KB -> 214,080 B;  128x128: 6 x 32 KB -> 214,112 B;  128x64: 8 x 24 KB
+//   -> 214,144 B (kGemmSmemBytesMax = 214,144). Nothing in shared memory survives the call.
 // Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
 // carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
@@ -25,7 +32,9 @@
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. Every TMA load issued in a call is consumed in the
 // same call, so no async copy is in flight when the function returns. Barriers: one __syncthreads
-// (barrier 0, all 384 threads) right after the mbarrier init of each call; no named barriers.
+// (barrier 0, all 384 threads) right after the mbarrier init of each call; with kSetMaxNReg, named
+// barriers 1 (384 threads: 256 consumer arrivals + 128 producer waits) and 2 (the 256 consumer
+// threads) once each at the end of every call. The staging area is private per warp (__syncwarp).
 // Hook: wait(m_block, k_block) is called by the single producer thread before each A k-block load,
 // m_block = dense m block, or the GROUP index for grouped problems. If it returns bool, the
 // fence.proxy.async.global follows only when it returns true (it acquired something); if it

@@ -1,0 +1,96 @@
+// Mixture-of-Experts layer, FORWARD, as ONE persistent launch: route -> offsets -> dispatch ->
+// grouped GEMM1 (gate/up, SwiGLU epilogue) -> grouped GEMM2 (down, router-weight row scale) ->
+// combine, expert parallel over W (virtual) ranks. Backward is not implemented yet.
+//
+// World W, rank r; T tokens per rank, k slots per token (top-k), E experts, L = E / W per rank
+// (expert e lives on rank e / L), H hidden, I expert intermediate. bf16 in/out, fp32 accumulation.
+//   y_r[t] = Σ_{j < k} w_r[t, j] · down_e( SwiGLU( x_r[t] · gate_up_e ) ),  e = ids_r[t, j]
+// The k terms are summed in slot order j = 0..k-1 in fp32 (no atomics): deterministic, and the
+// fused launch equals the unfused composition (fused = false: the same tasks as six launches)
+// bit for bit. Intermediates are bf16 (act = SwiGLU output; out = w · act · down per slot).
+// No token is dropped: receive buffers hold the worst case W * T * k rows per rank. Slots with
+// an id outside [0, E) are dropped (they add nothing to y).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kosmos/runtime_types.h"
+#include "kosmos/status.h"
+
+namespace kosmos {
+
+// Buffers of an MoE layer, per rank (see src/kernels/moe_tasks.h for the layouts).
+enum class MoeBuffer : uint32_t {
+  kX,        // [T, H] bf16 input
+  kIds,      // [T, k] int32 expert ids
+  kWeights,  // [T, k] fp32 router weights
+  kGateUp,   // [L, H, 2I] bf16, SwiGLU-interleaved (moe_interleave_gate_up)
+  kDown,     // [L, I, H] bf16
+  kY,        // [T, H] bf16 output
+  kCounts,   // [W, E] int32 workspace
+  kRoute,    // [2E + 2Tk] int32 workspace
+  kLayout,   // [2L + E] int32 workspace (group_m | group_offset | send_off)
+  kRecvX,    // [W T k, H] bf16 workspace
+  kRecvW,    // [W T k] fp32 workspace
+  kAct,      // [W T k, I] bf16 workspace
+  kOut,      // [W T k, H] bf16 workspace
+  kCount
+};
+const char* to_string(MoeBuffer b);
+
+struct MoeConfig {
+  int world = 1;
+  int64_t tokens = 0;        // T per rank, >= 1
+  int64_t hidden = 0;        // H, multiple of 8
+  int64_t intermediate = 0;  // I, multiple of 8
+  int num_experts = 0;       // E, divisible by world, E / world <= 256, E <= 256
+  int top_k = 1;             // k, 1..16
+  bool fused = true;         // run(): one launch (true) or the unfused composition
+  bool cpu = false;          // CPU executor (virtual ranks on host threads)
+  double watchdog_seconds = 10.0;
+  bool trace = false;
+  int max_ctas = 0;
+  int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
+  int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count
+};
+
+struct MoeBufferInfo {
+  int64_t rows = 0, cols = 0;
+  int elem_bytes = 0;
+  uint64_t bytes() const { return uint64_t(rows) * uint64_t(cols) * uint64_t(elem_bytes); }
+};
+MoeBufferInfo moe_buffer_info(const MoeConfig& cfg, MoeBuffer b);
+
+// Plain [H, 2I] = [gate | up] (row-major, gate columns 0..I-1, up columns I..2I-1) -> the GEMM
+// engine's SwiGLU interleave (blocks of 8 gate columns, then the 8 matching up columns). bf16 bits.
+void moe_interleave_gate_up(const uint16_t* plain, uint16_t* interleaved, int64_t hidden, int64_t intermediate);
+
+// One MoE layer on virtual ranks (all ranks in this process: one GPU or the CPU executor). It owns
+// every rank's buffers; fill kX, kIds, kWeights, kGateUp, kDown through buffer(), run, read kY.
+// Both compositions are planned over the same buffers: run() uses cfg.fused, run_composition()
+// picks explicitly (fused-vs-unfused comparisons without a second copy of the weights).
+class MoeLayer {
+ public:
+  static Status plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out);
+  ~MoeLayer();
+  void* buffer(MoeBuffer b, int rank) const;  // device memory (GPU) or host memory (CPU)
+  size_t buffer_bytes(MoeBuffer b) const;
+  Status run(cudaStream_t stream = nullptr);
+  Status run_composition(bool fused, cudaStream_t stream = nullptr);  // fused: 1 launch; else 6
+  Status finish(cudaStream_t stream = nullptr);
+  Status read_trace(std::vector<runtime::TraceRecord>* out) const;  // of the last fused run
+  size_t num_tasks(bool fused = true) const;
+  std::string describe() const;
+  const MoeConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kosmos

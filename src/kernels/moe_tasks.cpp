@@ -1,0 +1,114 @@
+// Host bodies of the MoE task kinds (CPU executor). Same math and same order as moe_tasks.cuh;
+// see moe_tasks.h for the buffers and the definitions.
+#include "kernels/moe_tasks.h"
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/gemm/bf16.h"
+
+namespace kosmos::kernels {
+
+namespace {
+
+template <class T>
+T* buf(MoeBufferLookup lookup, const void* ctx, uint32_t b, uint32_t rank) {
+  return static_cast<T*>(lookup(ctx, b, rank));
+}
+
+void route_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx) {
+  const uint32_t s = t.rank, E = a.num_experts, N = a.tokens * a.top_k;
+  const int32_t* ids = buf<int32_t>(lookup, ctx, kMoeIds, s);
+  int32_t* route = buf<int32_t>(lookup, ctx, kMoeRoute, s);
+  int32_t *cnt = route, *start = route + E, *pos = route + 2 * E, *perm = route + 2 * E + N;
+  std::fill(cnt, cnt + E, 0);
+  for (uint32_t i = 0; i < N; ++i) {
+    const int32_t e = ids[i];
+    pos[i] = (e >= 0 && uint32_t(e) < E) ? cnt[e]++ : -1;
+  }
+  int32_t acc = 0;
+  for (uint32_t e = 0; e < E; ++e) {
+    start[e] = acc;
+    acc += cnt[e];
+  }
+  for (uint32_t i = 0; i < N; ++i)
+    if (pos[i] >= 0) perm[start[ids[i]] + pos[i]] = int32_t(i);
+  for (uint32_t r = 0; r < a.world; ++r) std::memcpy(buf<int32_t>(lookup, ctx, kMoeCounts, r) + size_t(s) * E, cnt, E * 4);
+}
+
+void offsets_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx) {
+  const uint32_t r = t.rank, E = a.num_experts, L = a.local_experts, W = a.world;
+  const int32_t* counts = buf<int32_t>(lookup, ctx, kMoeCounts, r);
+  int32_t* layout = buf<int32_t>(lookup, ctx, kMoeLayout, r);
+  int32_t *group_m = layout, *group_offset = layout + L, *send_off = layout + 2 * L;
+  int32_t base = 0;  // first row of expert e in its owner's receive buffer (resets per owner)
+  for (uint32_t e = 0; e < E; ++e) {
+    if (e % L == 0) base = 0;
+    int32_t total = 0, before = 0;
+    for (uint32_t s = 0; s < W; ++s) {
+      const int32_t c = counts[size_t(s) * E + e];
+      total += c;
+      if (s < r) before += c;
+    }
+    if (e / L == r) {
+      group_m[e % L] = total;
+      group_offset[e % L] = base;
+    }
+    send_off[e] = base + before;
+    base += total;
+  }
+}
+
+void dispatch_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx) {
+  const uint32_t s = t.rank, d = a.a, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
+  const int32_t* route = buf<int32_t>(lookup, ctx, kMoeRoute, s);
+  const int32_t *cnt = route, *start = route + E, *perm = route + 2 * E + N;
+  const int32_t* send_off = buf<int32_t>(lookup, ctx, kMoeLayout, s) + 2 * a.local_experts;
+  const uint16_t* x = buf<uint16_t>(lookup, ctx, kMoeX, s);
+  const float* w = buf<float>(lookup, ctx, kMoeWeights, s);
+  uint16_t* recv_x = buf<uint16_t>(lookup, ctx, kMoeRecvX, d);
+  float* recv_w = buf<float>(lookup, ctx, kMoeRecvW, d);
+  for (uint32_t e = a.b; e < a.c; ++e)
+    for (int32_t i = 0; i < cnt[e]; ++i) {
+      const int32_t entry = perm[start[e] + i];
+      const size_t row = size_t(send_off[e] + i);
+      std::memcpy(recv_x + row * H, x + size_t(entry / a.top_k) * H, size_t(H) * 2);
+      recv_w[row] = w[entry];
+    }
+}
+
+void combine_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx) {
+  const uint32_t s = t.rank, E = a.num_experts, H = a.hidden, k = a.top_k, N = a.tokens * k;
+  const int32_t* ids = buf<int32_t>(lookup, ctx, kMoeIds, s);
+  const int32_t* pos = buf<int32_t>(lookup, ctx, kMoeRoute, s) + 2 * E;
+  const int32_t* send_off = buf<int32_t>(lookup, ctx, kMoeLayout, s) + 2 * a.local_experts;
+  uint16_t* y = buf<uint16_t>(lookup, ctx, kMoeY, s);
+  (void)N;
+  std::vector<float> acc(H);
+  for (uint32_t tok = a.b; tok < a.c; ++tok) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (uint32_t j = 0; j < k; ++j) {
+      const uint32_t i = tok * k + j;
+      if (pos[i] < 0) continue;
+      const int32_t e = ids[i];
+      const uint16_t* row = buf<uint16_t>(lookup, ctx, kMoeOut, uint32_t(e) / a.local_experts) + size_t(send_off[e] + pos[i]) * H;
+      for (uint32_t h = 0; h < H; ++h) acc[h] += gemm::bf16_to_float(row[h]);
+    }
+    for (uint32_t h = 0; h < H; ++h) y[size_t(tok) * H + h] = gemm::float_to_bf16(acc[h]);
+  }
+}
+
+}  // namespace
+
+void moe_task_host(const plan::Task& t, MoeBufferLookup lookup, const void* ctx) {
+  const MoeArgs a = t.args<MoeArgs>();
+  switch (t.kind) {
+    case plan::TaskKind::kMoeRoute: route_host(t, a, lookup, ctx); break;
+    case plan::TaskKind::kMoeOffsets: offsets_host(t, a, lookup, ctx); break;
+    case plan::TaskKind::kMoeDispatch: dispatch_host(t, a, lookup, ctx); break;
+    case plan::TaskKind::kMoeCombine: combine_host(t, a, lookup, ctx); break;
+    default: break;
+  }
+}
+
+}  // namespace kosmos::kernels

@@ -1,0 +1,239 @@
+// Device bodies of the MoE task kinds (route, offsets, dispatch, combine); math and buffers in
+// moe_tasks.h. Called by ALL threads of the CTA (the op kernel: 384 threads = 12 warps) with the
+// runtime's guarantees: the task's waits were acquired before the call, and after return the
+// runtime does __syncthreads + fence + release-add of the task's signals (so plain stores here,
+// local or to a peer's buffer, are published by the signal).
+//
+//   route    one CTA per source rank. Shared memory (the op kernel's dynamic smem): hist[12][E]
+//            int32 (12 KB at E = 256). 12 warps take contiguous entry ranges; pass 1 counts per
+//            warp, a column prefix over warps gives each warp its base per expert, pass 2 walks
+//            the range again in 32-entry batches and ranks equal experts inside a batch with
+//            __match_any_sync: stable (t-major, then j) without a sort.
+//   offsets  one CTA per rank; E <= 256 experts, thread 0 does the per-owner prefix (E steps).
+//   dispatch one warp per received row, 16-byte vectors (H % 8 == 0).
+//   combine  one warp per token: lanes 0..k-1 resolve the k source rows, every lane sums 8
+//            columns at a time over j = 0..k-1 in order (fp32), stores bf16.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/moe_tasks.h"
+#include "runtime/persistent_kernel.cuh"
+
+namespace kosmos::kernels {
+
+namespace moe_detail {
+
+
+__device__ __forceinline__ void route(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx, char* smem,
+                                      int num_threads) {
+  const uint32_t s = t.rank, E = a.num_experts, N = a.tokens * a.top_k;
+  const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
+  const int32_t* ids = static_cast<const int32_t*>(ctx.buffer(kMoeIds, s));
+  int32_t* route = static_cast<int32_t*>(ctx.buffer(kMoeRoute, s));
+  int32_t *cnt = route, *start = route + E, *pos = route + 2 * E, *perm = route + 2 * E + N;
+  int32_t* hist = reinterpret_cast<int32_t*>(smem);           // [num_warps][E]
+  int32_t* s_start = hist + size_t(num_warps) * E;             // [E]
+  for (uint32_t i = ctx.thread_idx; i < uint32_t(num_warps) * E; i += num_threads) hist[i] = 0;
+  __syncthreads();
+  const uint32_t per = (N + num_warps - 1) / num_warps;
+  const uint32_t lo = min(N, per * warp_idx), hi = min(N, lo + per);
+  int32_t* my = hist + size_t(warp_idx) * E;
+  for (uint32_t i = lo + lane_idx; i < hi; i += 32) {
+    const int32_t e = __ldg(ids + i);
+    if (e >= 0 && uint32_t(e) < E) atomicAdd(my + e, 1);
+  }
+  __syncthreads();
+  for (uint32_t e = ctx.thread_idx; e < E; e += num_threads) {
+    int32_t run = 0;
+    for (int w = 0; w < num_warps; ++w) {
+      const int32_t v = hist[size_t(w) * E + e];
+      hist[size_t(w) * E + e] = run;
+      run += v;
+    }
+    cnt[e] = run;
+    s_start[e] = run;  // temporarily the count
+  }
+  __syncthreads();
+  if (warp_idx == 0) {  // exclusive prefix over E <= 256 experts: 8 per lane, then a warp scan
+    int32_t v[8], local = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t e = lane_idx * 8 + j;
+      v[j] = e < E ? s_start[e] : 0;
+      local += v[j];
+    }
+    int32_t incl = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t n = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane_idx >= o) incl += n;
+    }
+    int32_t run = incl - local;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t e = lane_idx * 8 + j;
+      if (e < E) {
+        s_start[e] = run;
+        start[e] = run;
+      }
+      run += v[j];
+    }
+  }
+  __syncthreads();
+  const unsigned lt = (1u << lane_idx) - 1u;
+  for (uint32_t b = lo; b < hi; b += 32) {
+    const uint32_t i = b + lane_idx;
+    int32_t e = i < hi ? __ldg(ids + i) : -1;
+    if (e >= 0 && uint32_t(e) >= E) e = -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    if (e >= 0) {
+      const int32_t p = my[e] + __popc(same & lt);
+      pos[i] = p;
+      perm[s_start[e] + p] = int32_t(i);
+    } else if (i < hi) {
+      pos[i] = -1;
+    }
+    __syncwarp();
+    if (e >= 0 && (same & lt) == 0) my[e] += __popc(same);  // the lowest lane of each expert
+    __syncwarp();
+  }
+  __syncthreads();
+  for (uint32_t i = ctx.thread_idx; i < a.world * E; i += num_threads) {
+    const uint32_t r = i / E, e = i % E;
+    static_cast<int32_t*>(ctx.buffer(kMoeCounts, r))[size_t(s) * E + e] = cnt[e];
+  }
+}
+
+__device__ __forceinline__ void offsets(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx, char* smem,
+                                        int num_threads) {
+  const uint32_t r = t.rank, E = a.num_experts, L = a.local_experts, W = a.world;
+  const int32_t* counts = static_cast<const int32_t*>(ctx.buffer(kMoeCounts, r));
+  int32_t* layout = static_cast<int32_t*>(ctx.buffer(kMoeLayout, r));
+  int32_t *group_m = layout, *group_offset = layout + L, *send_off = layout + 2 * L;
+  int32_t* s_total = reinterpret_cast<int32_t*>(smem);  // [E]
+  int32_t* s_before = s_total + E;                       // [E]
+  int32_t* s_base = s_before + E;                        // [E]
+  for (uint32_t e = ctx.thread_idx; e < E; e += num_threads) {
+    int32_t total = 0, before = 0;
+    for (uint32_t s = 0; s < W; ++s) {
+      const int32_t c = __ldcg(counts + size_t(s) * E + e);
+      total += c;
+      if (s < r) before += c;
+    }
+    s_total[e] = total;
+    s_before[e] = before;
+  }
+  __syncthreads();
+  if (ctx.thread_idx == 0) {  // prefix per owner (E <= 256 shared-memory steps)
+    int32_t base = 0;
+    for (uint32_t e = 0; e < E; ++e) {
+      if (e % L == 0) base = 0;
+      s_base[e] = base;
+      base += s_total[e];
+    }
+  }
+  __syncthreads();
+  for (uint32_t e = ctx.thread_idx; e < E; e += num_threads) {
+    if (e / L == r) {
+      group_m[e % L] = s_total[e];
+      group_offset[e % L] = s_base[e];
+    }
+    send_off[e] = s_base[e] + s_before[e];
+  }
+}
+
+__device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
+                                         int num_threads) {
+  const uint32_t s = t.rank, d = a.a, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
+  const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
+  const int32_t* route = static_cast<const int32_t*>(ctx.buffer(kMoeRoute, s));
+  const int32_t *cnt = route, *start = route + E, *perm = route + 2 * E + N;
+  const int32_t* send_off = static_cast<const int32_t*>(ctx.buffer(kMoeLayout, s)) + 2 * a.local_experts;
+  const uint4* x = static_cast<const uint4*>(ctx.buffer(kMoeX, s));
+  const float* w = static_cast<const float*>(ctx.buffer(kMoeWeights, s));
+  uint4* recv_x = static_cast<uint4*>(ctx.buffer(kMoeRecvX, d));
+  float* recv_w = static_cast<float*>(ctx.buffer(kMoeRecvW, d));
+  const uint32_t vecs = H / 8;
+  // Rows of the experts [b, c) in order, one warp per row.
+  int32_t row_base = 0;  // rows of experts before e in this task
+  for (uint32_t e = a.b; e < a.c; ++e) {
+    const int32_t n = __ldcg(cnt + e), first = __ldcg(start + e), off = __ldcg(send_off + e);
+    for (int32_t i = (warp_idx - row_base % num_warps + num_warps) % num_warps; i < n; i += num_warps) {
+      const int32_t entry = __ldcg(perm + first + i);
+      const uint4* src = x + size_t(entry / a.top_k) * vecs;
+      uint4* dst = recv_x + size_t(off + i) * vecs;
+      uint32_t v = lane_idx;
+      for (; v + 96 < vecs; v += 128) {
+        const uint4 v0 = src[v], v1 = src[v + 32], v2 = src[v + 64], v3 = src[v + 96];
+        dst[v] = v0;
+        dst[v + 32] = v1;
+        dst[v + 64] = v2;
+        dst[v + 96] = v3;
+      }
+      for (; v < vecs; v += 32) dst[v] = src[v];
+      if (lane_idx == 0) recv_w[off + i] = w[entry];
+    }
+    row_base += n;
+  }
+}
+
+__device__ __forceinline__ void combine(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
+                                        int num_threads) {
+  const uint32_t s = t.rank, E = a.num_experts, H = a.hidden, k = a.top_k;
+  const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
+  const int32_t* ids = static_cast<const int32_t*>(ctx.buffer(kMoeIds, s));
+  const int32_t* pos = static_cast<const int32_t*>(ctx.buffer(kMoeRoute, s)) + 2 * E;
+  const int32_t* send_off = static_cast<const int32_t*>(ctx.buffer(kMoeLayout, s)) + 2 * a.local_experts;
+  uint4* y = static_cast<uint4*>(ctx.buffer(kMoeY, s));
+  const uint32_t vecs = H / 8;
+  for (uint32_t tok = a.b + warp_idx; tok < a.c; tok += num_warps) {
+    const uint4* row = nullptr;  // lane j < k: source row of slot j (nullptr: dropped)
+    if (uint32_t(lane_idx) < k) {
+      const uint32_t i = tok * k + lane_idx;
+      const int32_t p = __ldcg(pos + i);
+      if (p >= 0) {
+        const int32_t e = __ldcg(ids + i);
+        row = static_cast<const uint4*>(ctx.buffer(kMoeOut, uint32_t(e) / a.local_experts)) +
+              size_t(__ldcg(send_off + e) + p) * vecs;
+      }
+    }
+    const uint4* rows[kMaxTopK];
+#pragma unroll
+    for (uint32_t j = 0; j < kMaxTopK; ++j)
+      rows[j] = reinterpret_cast<const uint4*>(
+          __shfl_sync(0xffffffffu, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(row)), j));
+    for (uint32_t v = lane_idx; v < vecs; v += 32) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+      for (uint32_t j = 0; j < kMaxTopK; ++j) {
+        if (j >= k || rows[j] == nullptr) continue;
+        const uint4 raw = __ldcg(rows[j] + v);
+        const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[q] += __bfloat162float(b[q]);
+      }
+      uint4 out;
+      __nv_bfloat16* o = reinterpret_cast<__nv_bfloat16*>(&out);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(acc[q]);
+      y[size_t(tok) * vecs + v] = out;
+    }
+  }
+}
+
+}  // namespace moe_detail
+
+__device__ __forceinline__ void moe_task_device(const plan::Task& t, const runtime::TaskContext& ctx, char* smem,
+                                                int num_threads) {
+  const MoeArgs a = t.args<MoeArgs>();
+  switch (t.kind) {
+    case plan::TaskKind::kMoeRoute: moe_detail::route(t, a, ctx, smem, num_threads); break;
+    case plan::TaskKind::kMoeOffsets: moe_detail::offsets(t, a, ctx, smem, num_threads); break;
+    case plan::TaskKind::kMoeDispatch: moe_detail::dispatch(t, a, ctx, num_threads); break;
+    case plan::TaskKind::kMoeCombine: moe_detail::combine(t, a, ctx, num_threads); break;
+    default: break;
+  }
+}
+
+}  // namespace kosmos::kernels

@@ -1,0 +1,87 @@
+// MoE task kinds (route, offsets, dispatch, combine): payload, buffer ids and the host bodies.
+// The device bodies are in moe_tasks.cuh; both implement the same math, documented here.
+//
+// World W, rank r; T tokens per rank, k slots per token, E experts, L = E / W experts per rank
+// (expert e lives on rank e / L as local group e % L), H hidden, I intermediate. Per rank
+// (element types in brackets; MoeBufferId order = the plan's buffer order):
+//   kX       [T, H]            bf16   input tokens
+//   kIds     [T, k]            int32  expert of slot (t, j); outside [0, E): the slot is dropped
+//   kWeights [T, k]            fp32   router weight of slot (t, j)
+//   kGateUp  [L, H, 2I]        bf16   local experts' gate|up, SwiGLU-interleaved (gemm_params.h)
+//   kDown    [L, I, H]         bf16   local experts' down projection
+//   kY       [T, H]            bf16   output
+//   kCounts  [W, E]            int32  row s = source s's entries per expert (pushed by s's route)
+//   kRoute   [2E + 2Tk]        int32  cnt[E] | start[E] (exclusive prefix of cnt) | pos[T k] | perm[T k]
+//   kLayout  [2L + E]          int32  group_m[L] | group_offset[L] | send_off[E]
+//   kRecvX   [rows_max, H]     bf16   received rows, grouped by local expert (GEMM1's A)
+//   kRecvW   [rows_max]        fp32   router weight of each received row (GEMM2's row scale)
+//   kAct     [rows_max, I]     bf16   SwiGLU(recv_x · gate_up)           (GEMM1's C, GEMM2's A)
+//   kOut     [rows_max, H]     bf16   w · act · down                      (GEMM2's C)
+// rows_max = W * T * k (every token of every rank routed here: no token is ever dropped).
+//
+// Tasks:
+//   route(s):    cnt[e] = #entries of s for e; pos[t k + j] = rank of (t, j) among s's entries for
+//                the same expert, stable (t-major, then j); perm[start[e] + pos] = t k + j. Pushes
+//                cnt into row s of kCounts on EVERY rank (virtual ranks: the same allocation;
+//                across GPUs: peer stores through the buffer table).
+//   offsets(r):  from kCounts (all W rows present): group_m[l] = Σ_s counts[s][r L + l],
+//                group_offset = exclusive prefix of group_m; send_off[e] = (row of e's first entry
+//                in its owner d's receive buffer) + Σ_{s' < r} counts[s'][e], i.e. where r's entries
+//                for e start on d. Source-major inside a group: rows of e on d are s = 0, 1, ....
+//   dispatch(s, d, experts [e0, e1) of d): for every entry of s for e in the range, row i:
+//                recv_x_d[send_off_s[e] + i] = x_s[t], recv_w_d[...] = w_s[t, j].
+//   combine(s, tokens [t0, t1)): y_s[t] = bf16( Σ_{j = 0..k-1, in order} float(out_d[send_off_s[e] + pos]) )
+//                with d = e / L (fp32 sum in slot order; no atomics; dropped slots add nothing).
+#pragma once
+
+#include <cstdint>
+
+#include "kosmos/plan.h"
+
+namespace kosmos::kernels {
+
+enum MoeBufferId : uint16_t {
+  kMoeX = 0,
+  kMoeIds,
+  kMoeWeights,
+  kMoeGateUp,
+  kMoeDown,
+  kMoeY,
+  kMoeCounts,
+  kMoeRoute,
+  kMoeLayout,
+  kMoeRecvX,
+  kMoeRecvW,
+  kMoeAct,
+  kMoeOut,
+  kMoeNumBuffers,
+};
+
+inline constexpr uint32_t kMaxTopK = 16;     // slots per token
+inline constexpr uint32_t kMaxMoeExperts = 256;  // E (route's prefix: 8 experts per lane)
+
+// Payload of every MoE kind (a, b, c: kind-specific, see above).
+//   route: -            offsets: -
+//   dispatch: a = destination rank d, b = first expert (global id), c = one past the last
+//   combine:  b = first token, c = one past the last token
+struct MoeArgs {
+  uint32_t tokens;        // T
+  uint32_t hidden;        // H
+  uint16_t num_experts;   // E
+  uint16_t top_k;         // k
+  uint16_t local_experts; // L = E / W
+  uint16_t world;         // W
+  uint32_t a, b, c;
+};
+static_assert(sizeof(MoeArgs) <= plan::kTaskArgWords * 4);
+
+inline bool is_moe_kind(plan::TaskKind k) {
+  return k == plan::TaskKind::kMoeRoute || k == plan::TaskKind::kMoeOffsets || k == plan::TaskKind::kMoeDispatch ||
+         k == plan::TaskKind::kMoeCombine;
+}
+
+// Host body of any MoE kind (CPU executor). `buffer(b, rank)` resolves buffer b of rank.
+using MoeBufferLookup = void* (*)(const void* ctx, uint32_t buffer, uint32_t rank);
+void moe_task_host(const plan::Task& t, MoeBufferLookup lookup, const void* ctx);
+
+}  // namespace kosmos::kernels
