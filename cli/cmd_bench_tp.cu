@@ -123,6 +123,18 @@ Status baseline(Ctx& c, bool overlapped, int part /* 0 all, 1 comm only, 2 gemm 
     }
     return Status::ok();
   };
+  if (W == 1) {  // the plain path: no communication, the GEMM(s) on the inputs
+    if (!gemm) return Status::ok();
+    switch (g.op) {
+      case TpOp::kAgGemm:
+      case TpOp::kGemmRs:
+      case TpOp::kGemmAr:
+        return rm_gemm(c, s0, B(c, TpBuffer::kX, 0), false, K, B(c, TpBuffer::kW, 0), false, N, B(c, TpBuffer::kY, 0), N, M, N, K);
+      default:
+        KOSMOS_RETURN_IF_ERROR(rm_gemm(c, s0, B(c, TpBuffer::kDY, 0), false, N, B(c, TpBuffer::kW, 0), true, N, B(c, TpBuffer::kDX, 0), K, M, K, N));
+        return rm_gemm(c, s0, B(c, TpBuffer::kX, 0), true, K, B(c, TpBuffer::kDY, 0), false, N, B(c, TpBuffer::kDW, 0), N, K, N, M);
+    }
+  }
   KOSMOS_RETURN_IF_ERROR(fork());
   switch (g.op) {
     case TpOp::kAgGemm:

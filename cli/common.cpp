@@ -82,6 +82,7 @@ void add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   add_bench_gemm(*bench);
   add_bench_tp(*bench);
+  add_bench_moe(*bench);
 }
 
 }  // namespace kosmos::cli

@@ -18,6 +18,7 @@ void add_demo(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_bench_gemm(CLI::App& bench);
 void add_bench_tp(CLI::App& bench);
+void add_bench_moe(CLI::App& bench);
 
 // "gpu" if a Hopper GPU is visible, else "cpu"; `requested` may force either ("auto" decides).
 std::string pick_executor(const std::string& requested);

@@ -25,11 +25,12 @@ for s in "${steps[@]}"; do
       nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
       LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests 2>&1 | tee "$out/nccl-tests.log" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error" ;;
     bench-tp)
-      for spec in "llama3-70b ag_gemm" "llama3-70b gemm_rs" "llama3-70b gemm_ar" "llama3-70b ag_gemm --backward" \
-                  "llama3-70b gemm_rs --backward" "llama3-8b ag_gemm" "small-m ag_gemm" "gpt3-175b gemm_rs"; do
+      specs=${TP_SPECS:-"llama3-70b:ag_gemm llama3-70b:gemm_rs llama3-70b:gemm_ar llama3-70b:ag_gemm:--backward llama3-70b:gemm_rs:--backward llama3-8b:ag_gemm small-m:ag_gemm gpt3-175b:gemm_rs"}
+      for spec in $specs; do
+        spec=${spec//:/ }
         set -- $spec
         name="tp-$1-$2${3:+-bwd}-w8"
-        $bin/kosmos bench tp --model $1 --op $2 $3 --world 8 --reps 10 --json "$out/$name.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-tp.log"
+        $bin/kosmos bench tp --model $1 --op $2 ${3:-} --world 8 --reps 10 --json "$out/$name.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-tp.log"
       done
       $bin/kosmos bench tp --model llama3-70b --op ag_gemm --world 1 --reps 10 --json "$out/tp-llama3-70b-ag_gemm-w1.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-tp.log"
       $bin/kosmos bench tp --model llama3-8b --op ag_gemm --world 8 --reps 3 --trace-svg "$out/trace-ag-gemm-w8.svg" > /dev/null 2>&1

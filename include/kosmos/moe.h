@@ -57,6 +57,7 @@ struct MoeConfig {
   int max_ctas = 0;
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count
+  int dispatch_slices = 0;            // 0: chosen; else split each expert's rows over this many tasks (<= 255)
 };
 
 struct MoeBufferInfo {

@@ -117,8 +117,8 @@ class GpuExecutor {
   Status bind_buffer(uint32_t buffer, uint32_t rank, void* device_ptr);
   void* buffer(uint32_t buffer, uint32_t rank) const;
   // Op-specific, grid-invariant kernel parameters (e.g. GEMM tensor maps), copied by value into
-  // the launch parameters. At most kBodyParamBytes.
-  Status set_body_params(const void* data, size_t bytes);
+  // the launch parameters of the following runs (host only; capturable). At most 16 KB.
+  Status set_body_params(const void* data, size_t bytes, cudaStream_t stream = nullptr);
 
   Status run(cudaStream_t stream);     // enqueues one run; never synchronises; capturable
   Status finish(cudaStream_t stream);  // synchronises, reports a watchdog/abort error, recovers

@@ -2,6 +2,7 @@
 // see moe_tasks.h for the buffers and the definitions.
 #include "kernels/moe_tasks.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -60,7 +61,8 @@ void offsets_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup,
 }
 
 void dispatch_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx) {
-  const uint32_t s = t.rank, d = a.a, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
+  const uint32_t s = t.rank, d = a.a & 0xFFFFu, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
+  const int32_t slice = int32_t((a.a >> 16) & 0xFFu), num_slices = int32_t(std::max(1u, a.a >> 24));
   const int32_t* route = buf<int32_t>(lookup, ctx, kMoeRoute, s);
   const int32_t *cnt = route, *start = route + E, *perm = route + 2 * E + N;
   const int32_t* send_off = buf<int32_t>(lookup, ctx, kMoeLayout, s) + 2 * a.local_experts;
@@ -69,7 +71,7 @@ void dispatch_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup
   uint16_t* recv_x = buf<uint16_t>(lookup, ctx, kMoeRecvX, d);
   float* recv_w = buf<float>(lookup, ctx, kMoeRecvW, d);
   for (uint32_t e = a.b; e < a.c; ++e)
-    for (int32_t i = 0; i < cnt[e]; ++i) {
+    for (int32_t i = slice; i < cnt[e]; i += num_slices) {
       const int32_t entry = perm[start[e] + i];
       const size_t row = size_t(send_off[e] + i);
       std::memcpy(recv_x + row * H, x + size_t(entry / a.top_k) * H, size_t(H) * 2);

@@ -145,7 +145,7 @@ __device__ __forceinline__ void offsets(const plan::Task& t, const MoeArgs& a, c
 
 __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
                                          int num_threads) {
-  const uint32_t s = t.rank, d = a.a, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
+  const uint32_t s = t.rank, d = a.a & 0xFFFFu, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
   const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
   const int32_t* route = static_cast<const int32_t*>(ctx.buffer(kMoeRoute, s));
   const int32_t *cnt = route, *start = route + E, *perm = route + 2 * E + N;
@@ -155,11 +155,14 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
   uint4* recv_x = static_cast<uint4*>(ctx.buffer(kMoeRecvX, d));
   float* recv_w = static_cast<float*>(ctx.buffer(kMoeRecvW, d));
   const uint32_t vecs = H / 8;
-  // Rows of the experts [b, c) in order, one warp per row.
-  int32_t row_base = 0;  // rows of experts before e in this task
+  // Rows i of the experts [b, c) with i % num_slices == slice, one warp per row.
+  const int32_t slice = int32_t((a.a >> 16) & 0xFFu), num_slices = int32_t(max(1u, a.a >> 24));
+  int32_t row_base = 0;  // rows of this task before expert e (balances warps across experts)
   for (uint32_t e = a.b; e < a.c; ++e) {
     const int32_t n = __ldcg(cnt + e), first = __ldcg(start + e), off = __ldcg(send_off + e);
-    for (int32_t i = (warp_idx - row_base % num_warps + num_warps) % num_warps; i < n; i += num_warps) {
+    const int32_t mine = n > slice ? (n - slice + num_slices - 1) / num_slices : 0;
+    for (int32_t m = (warp_idx - row_base % num_warps + num_warps) % num_warps; m < mine; m += num_warps) {
+      const int32_t i = slice + m * num_slices;
       const int32_t entry = __ldcg(perm + first + i);
       const uint4* src = x + size_t(entry / a.top_k) * vecs;
       uint4* dst = recv_x + size_t(off + i) * vecs;
@@ -174,7 +177,7 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
       for (; v < vecs; v += 32) dst[v] = src[v];
       if (lane_idx == 0) recv_w[off + i] = w[entry];
     }
-    row_base += n;
+    row_base += mine;
   }
 }
 

@@ -28,7 +28,8 @@
 //                group_offset = exclusive prefix of group_m; send_off[e] = (row of e's first entry
 //                in its owner d's receive buffer) + Σ_{s' < r} counts[s'][e], i.e. where r's entries
 //                for e start on d. Source-major inside a group: rows of e on d are s = 0, 1, ....
-//   dispatch(s, d, experts [e0, e1) of d): for every entry of s for e in the range, row i:
+//   dispatch(s, d, experts [e0, e1) of d, slice): for every entry of s for e in the range, row i
+//                with i % num_slices == slice:
 //                recv_x_d[send_off_s[e] + i] = x_s[t], recv_w_d[...] = w_s[t, j].
 //   combine(s, tokens [t0, t1)): y_s[t] = bf16( Σ_{j = 0..k-1, in order} float(out_d[send_off_s[e] + pos]) )
 //                with d = e / L (fp32 sum in slot order; no atomics; dropped slots add nothing).
@@ -62,7 +63,8 @@ inline constexpr uint32_t kMaxMoeExperts = 256;  // E (route's prefix: 8 experts
 
 // Payload of every MoE kind (a, b, c: kind-specific, see above).
 //   route: -            offsets: -
-//   dispatch: a = destination rank d, b = first expert (global id), c = one past the last
+//   dispatch: a = destination rank d | slice << 16 | num_slices << 24 (rows i % num_slices == slice;
+//             num_slices 0 means 1), b = first expert (global id), c = one past the last
 //   combine:  b = first token, c = one past the last token
 struct MoeArgs {
   uint32_t tokens;        // T
@@ -75,7 +77,7 @@ struct MoeArgs {
 };
 static_assert(sizeof(MoeArgs) <= plan::kTaskArgWords * 4);
 
-inline bool is_moe_kind(plan::TaskKind k) {
+KOSMOS_HOST_DEVICE inline bool is_moe_kind(plan::TaskKind k) {
   return k == plan::TaskKind::kMoeRoute || k == plan::TaskKind::kMoeOffsets || k == plan::TaskKind::kMoeDispatch ||
          k == plan::TaskKind::kMoeCombine;
 }

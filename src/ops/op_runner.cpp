@@ -82,7 +82,7 @@ void* OpRunner::buffer(uint32_t buffer, uint32_t rank) const {
   return gpu_ ? gpu_->buffer(buffer, rank) : cpu_->buffer(buffer, rank);
 }
 
-Status OpRunner::prepare() {
+Status OpRunner::prepare(cudaStream_t stream) {
   resolved_.clear();
   params_.clear();
   auto ptr = [&](uint32_t b, uint32_t rank, uint64_t off) -> void* {
@@ -109,13 +109,13 @@ Status OpRunner::prepare() {
     body.rules[i] = s.rule;
   }
   body.num_problems = uint32_t(problems_.size());
-  if (gpu_) KOSMOS_RETURN_IF_ERROR(gpu_->set_body_params(&body, sizeof(body)));
+  if (gpu_) KOSMOS_RETURN_IF_ERROR(gpu_->set_body_params(&body, sizeof(body), stream));
   dirty_ = false;
   return Status::ok();
 }
 
 Status OpRunner::run(cudaStream_t stream) {
-  if (dirty_) KOSMOS_RETURN_IF_ERROR(prepare());
+  if (dirty_) KOSMOS_RETURN_IF_ERROR(prepare(stream));
   return gpu_ ? gpu_->run(stream) : cpu_->run();
 }
 

@@ -51,7 +51,7 @@ class OpRunner {
   runtime::GpuExecutor* gpu() const { return gpu_.get(); }
 
  private:
-  Status prepare();  // resolve pointers, make GEMM params, upload them into the kernel's body blob
+  Status prepare(cudaStream_t stream);  // resolve pointers, make GEMM params, upload them into the kernel's body blob
   plan::Plan plan_;
   std::vector<GemmProblemSpec> problems_;
   std::vector<kernels::gemm::GemmDesc> resolved_;  // with pointers, for the CPU bodies

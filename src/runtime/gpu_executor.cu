@@ -147,6 +147,7 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   p.waits = im.waits.ptr;
   p.signals = im.signals.ptr;
   p.counters = im.counter_table.ptr;
+  p.counters_flat = im.counters.ptr;
   p.totals = im.totals.ptr;
   p.state = im.state.ptr;
   p.error = im.error.ptr;
@@ -189,9 +190,9 @@ void* GpuExecutor::buffer(uint32_t buffer, uint32_t rank) const {
   return impl_->host_buffer_table.at(size_t(buffer) * plan_.world + rank);
 }
 
-Status GpuExecutor::set_body_params(const void* data, size_t bytes) {
+Status GpuExecutor::set_body_params(const void* data, size_t bytes, cudaStream_t) {
   KOSMOS_CHECK(bytes <= kBodyParamBytes, "set_body_params: ", bytes, " bytes exceed the ", kBodyParamBytes, " available");
-  std::memcpy(impl_->params.body, data, bytes);
+  std::memcpy(impl_->params.body, data, bytes);  // by value into the next launches' parameters
   return Status::ok();
 }
 
@@ -246,6 +247,7 @@ Status GpuExecutor::use_transport(const std::vector<uint64_t*>& counter_arrays, 
   KOSMOS_CUDA_CHECK(cudaMemcpy(impl_->counter_table.ptr, counter_arrays.data(), sizeof(uint64_t*) * plan_.world,
                                cudaMemcpyHostToDevice));
   impl_->params.sys_scope = 1;
+  impl_->params.counters_flat = nullptr;  // per-rank arrays in symmetric memory: use the table
   return Status::ok();
 }
 

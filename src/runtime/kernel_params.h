@@ -17,6 +17,7 @@ struct KernelParams {
   const plan::Wait* waits;
   const plan::Signal* signals;
   uint64_t* const* counters;    // [world] -> that rank's [num_counters] array (a peer's across GPUs)
+  uint64_t* counters_flat;      // one process, all ranks local: [world][num_counters] (null: use the table)
   const uint64_t* totals;       // [world][num_counters] per-run sums
   RunState* state;
   ErrorRecord* error;
@@ -31,6 +32,9 @@ struct KernelParams {
   uint64_t watchdog_ns;
   uint32_t sys_scope;           // 1: counters/buffers span GPUs, use .sys fences and atomics
   uint32_t reserved;
+  // Op-specific parameters (e.g. GEMM tensor maps) by value: TMA descriptors in param space.
+  // (Measured 2026-12-02: moving them to global memory made the GEMM op slower, 0.81x vs 0.87x
+  // of cuBLAS geomean, so they stay here; see docs/perf-notes.md.)
   alignas(128) unsigned char body[kBodyParamBytes];
 };
 

@@ -35,6 +35,10 @@ struct TaskContext {
   uint32_t cta;
   int thread_idx;
 
+  // Counters of one process's ranks are one flat array (no table load on the hop's critical path).
+  __device__ __forceinline__ uint64_t* counter_ptr(uint32_t rank, uint32_t counter) const {
+    return p->counters_flat ? p->counters_flat + size_t(rank) * p->num_counters + counter : p->counters[rank] + counter;
+  }
   __device__ __forceinline__ void* buffer(uint32_t buffer, uint32_t rank) const {
     return p->buffers[size_t(buffer) * p->world + rank];
   }
@@ -65,7 +69,7 @@ struct TaskContext {
     const size_t slot = size_t(t.rank) * p->num_counters + counter;
     const uint64_t total = p->totals[slot];
     const uint64_t expected = epoch * total + (target == plan::kWaitAll ? total : target);
-    const uint64_t* c = p->counters[t.rank] + counter;
+    const uint64_t* c = counter_ptr(t.rank, counter);
     uint64_t v = p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
     if (v >= expected) return true;
     const uint64_t t0 = globaltimer_ns();
@@ -217,7 +221,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
         if (p.sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
         for (uint32_t s = 0; s < task.num_signals; ++s) {
           const plan::Signal sg = p.signals[task.first_signal + s];
-          uint64_t* c = p.counters[sg.rank] + sg.counter;
+          uint64_t* c = ctx.counter_ptr(sg.rank, sg.counter);
           if (p.sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
         }
       }

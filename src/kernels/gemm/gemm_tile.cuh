@@ -58,10 +58,6 @@
 
 #include "gemm_params.h"
 
-#ifndef KOSMOS_GEMM_EPI_STS
-#define KOSMOS_GEMM_EPI_STS 0  // 1: staged epilogue with st.shared.b32 instead of stmatrix
-#endif
-
 namespace kosmos::kernels::gemm {
 
 // Runtime hook that never waits (standalone tests and benchmarks).
@@ -301,23 +297,10 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
     for (int jp = 0; jp < kNB / 2; ++jp) {
       const int jo = q * kNB + 2 * jp;
       const int jj = 2 * jp + (st_m >> 1);
-#if KOSMOS_GEMM_EPI_STS
-      (void)jj;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {  // matrix m: row half m % 2, block jo + m / 2; 4 bytes per lane
-        const int row = 8 * (m & 1) + lane_idx / 4, blk = 2 * jp + (m >> 1);
-        const uint32_t w = pack_bf16x2(value(m & 1, jo + (m >> 1), 0), value(m & 1, jo + (m >> 1), 1));
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(stage_addr + row * 128 + ((blk ^ (row & 7)) << 4) +
-                                                      4 * (lane_idx % 4)),
-                     "r"(w)
-                     : "memory");
-      }
-#else
       stmatrix_x4(stage_addr + st_row * 128 + ((jj ^ st_i) << 4),
                   pack_bf16x2(value(0, jo, 0), value(0, jo, 1)), pack_bf16x2(value(1, jo, 0), value(1, jo, 1)),
                   pack_bf16x2(value(0, jo + 1, 0), value(0, jo + 1, 1)),
                   pack_bf16x2(value(1, jo + 1, 0), value(1, jo + 1, 1)));
-#endif
     }
     __syncwarp();
 #pragma unroll

@@ -1,0 +1,424 @@
+// MoE layer forward: plan construction and the layer object that owns every virtual rank's
+// buffers. Design and the dependency graph: docs/design/moe.md; task math: kernels/moe_tasks.h.
+//
+// Counters (same ids on every rank; "total" = what one run signals into it on one rank):
+//   counts      total W     every route(s) signals every rank: all W rows of kCounts arrived
+//   layout      total 1     offsets(r): group_m / group_offset / send_off of r written
+//   arrive_all  total #dispatch tasks into r       (ordering join for GEMM1, see below)
+//   arrive[l]   total W     dispatch(s -> r, block holding l): rows of local expert l from s
+//   g1run[i]    total n1    GEMM1 tiles of slot run i (one per n block)
+//   g2done      total W * #GEMM2 tasks per rank: every GEMM2 task signals every source rank
+//
+// Task graph of one run (per rank; arrows are counter edges, => crosses ranks):
+//   route(s) => offsets(r) -> dispatch(r -> d) => GEMM1(d, run i) [waits layout(d) at claim,
+//   arrive[g] inside the tile pipeline per group g] -> GEMM2(d, run i) => combine(s)
+// GEMM1's body waits per group (GemmWaitRule over the group index the engine passes); its plan
+// waits list the join counter arrive_all (deferred), so the planner orders every dispatch into d
+// before d's GEMM1 tasks (deadlock freedom: every counter a body can wait on is signalled only by
+// earlier tasks) without listing L counters per task.
+//
+// Insertion order (= claim priority): routes, offsets, dispatches (expert blocks in order, all
+// sources), then per slot run i: GEMM1(i) of every rank, GEMM2(i - 1) of every rank; combines.
+#include "kosmos/moe.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/gemm/gemm_host.h"
+#include "kernels/moe_tasks.h"
+#include "ops/op_runner.h"
+
+namespace kosmos {
+
+static_assert(uint32_t(MoeBuffer::kX) == kernels::kMoeX && uint32_t(MoeBuffer::kIds) == kernels::kMoeIds &&
+              uint32_t(MoeBuffer::kWeights) == kernels::kMoeWeights && uint32_t(MoeBuffer::kGateUp) == kernels::kMoeGateUp &&
+              uint32_t(MoeBuffer::kDown) == kernels::kMoeDown && uint32_t(MoeBuffer::kY) == kernels::kMoeY &&
+              uint32_t(MoeBuffer::kCounts) == kernels::kMoeCounts && uint32_t(MoeBuffer::kRoute) == kernels::kMoeRoute &&
+              uint32_t(MoeBuffer::kLayout) == kernels::kMoeLayout && uint32_t(MoeBuffer::kRecvX) == kernels::kMoeRecvX &&
+              uint32_t(MoeBuffer::kRecvW) == kernels::kMoeRecvW && uint32_t(MoeBuffer::kAct) == kernels::kMoeAct &&
+              uint32_t(MoeBuffer::kOut) == kernels::kMoeOut && uint32_t(MoeBuffer::kCount) == kernels::kMoeNumBuffers,
+              "MoeBuffer must list the buffers in the kernels' order");
+
+const char* to_string(MoeBuffer b) {
+  switch (b) {
+    case MoeBuffer::kX: return "x";
+    case MoeBuffer::kIds: return "ids";
+    case MoeBuffer::kWeights: return "weights";
+    case MoeBuffer::kGateUp: return "gate_up";
+    case MoeBuffer::kDown: return "down";
+    case MoeBuffer::kY: return "y";
+    case MoeBuffer::kCounts: return "counts";
+    case MoeBuffer::kRoute: return "route";
+    case MoeBuffer::kLayout: return "layout";
+    case MoeBuffer::kRecvX: return "recv_x";
+    case MoeBuffer::kRecvW: return "recv_w";
+    case MoeBuffer::kAct: return "act";
+    case MoeBuffer::kOut: return "out";
+    case MoeBuffer::kCount: break;
+  }
+  return "unknown";
+}
+
+MoeBufferInfo moe_buffer_info(const MoeConfig& c, MoeBuffer b) {
+  const int64_t W = c.world, T = c.tokens, H = c.hidden, I = c.intermediate, E = c.num_experts, k = c.top_k;
+  const int64_t L = W > 0 ? E / W : 0, rows_max = W * T * k;
+  switch (b) {
+    case MoeBuffer::kX: return {T, H, 2};
+    case MoeBuffer::kIds: return {T, k, 4};
+    case MoeBuffer::kWeights: return {T, k, 4};
+    case MoeBuffer::kGateUp: return {L * H, 2 * I, 2};
+    case MoeBuffer::kDown: return {L * I, H, 2};
+    case MoeBuffer::kY: return {T, H, 2};
+    case MoeBuffer::kCounts: return {W, E, 4};
+    case MoeBuffer::kRoute: return {1, 2 * E + 2 * T * k, 4};
+    case MoeBuffer::kLayout: return {1, 2 * L + E, 4};
+    case MoeBuffer::kRecvX: return {rows_max, H, 2};
+    case MoeBuffer::kRecvW: return {rows_max, 1, 4};
+    case MoeBuffer::kAct: return {rows_max, I, 2};
+    case MoeBuffer::kOut: return {rows_max, H, 2};
+    case MoeBuffer::kCount: break;
+  }
+  return {};
+}
+
+void moe_interleave_gate_up(const uint16_t* plain, uint16_t* out, int64_t hidden, int64_t intermediate) {
+  const int64_t I = intermediate;
+  for (int64_t h = 0; h < hidden; ++h)
+    for (int64_t c = 0; c < I; ++c) {
+      out[h * 2 * I + 16 * (c / 8) + c % 8] = plain[h * 2 * I + c];          // gate
+      out[h * 2 * I + 16 * (c / 8) + 8 + c % 8] = plain[h * 2 * I + I + c];  // up
+    }
+}
+
+namespace {
+
+using kernels::gemm::GemmTileArgs;
+using plan::TaskKind;
+constexpr int kBM = kernels::gemm::kGemmBlockM;
+enum Phase { kPhaseRoute, kPhaseOffsets, kPhaseDispatch, kPhaseGemm1, kPhaseGemm2, kPhaseCombine, kNumPhases };
+
+struct TaskRec {
+  TaskKind kind = TaskKind::kNop;
+  uint32_t rank = 0;
+  uint32_t args[plan::kTaskArgWords] = {};
+  std::vector<plan::Wait> waits;
+  std::vector<plan::Signal> signals;
+  int phase = 0;
+};
+
+Status validate(const MoeConfig& c) {
+  KOSMOS_CHECK(c.world >= 1 && c.world <= int(ops::kMaxGemmProblems / 2), "MoE world = ", c.world, ", expected 1..",
+               ops::kMaxGemmProblems / 2, " (two grouped GEMMs per rank in one launch)");
+  KOSMOS_CHECK(c.tokens >= 1 && c.tokens < (int64_t(1) << 24), "MoE tokens = ", c.tokens, ", expected 1..2^24");
+  KOSMOS_CHECK(c.hidden > 0 && c.hidden % 8 == 0, "MoE hidden = ", c.hidden, ", expected a positive multiple of 8");
+  KOSMOS_CHECK(c.intermediate > 0 && c.intermediate % 8 == 0, "MoE intermediate = ", c.intermediate,
+               ", expected a positive multiple of 8 (SwiGLU interleave)");
+  KOSMOS_CHECK(c.num_experts >= 1 && c.num_experts <= int(kernels::kMaxMoeExperts), "MoE num_experts = ", c.num_experts,
+               ", expected 1..", kernels::kMaxMoeExperts);
+  KOSMOS_CHECK(c.num_experts % c.world == 0, "MoE num_experts = ", c.num_experts, " is not divisible by the world size ",
+               c.world);
+  KOSMOS_CHECK(c.top_k >= 1 && c.top_k <= int(kernels::kMaxTopK), "MoE top_k = ", c.top_k, ", expected 1..",
+               kernels::kMaxTopK);
+  KOSMOS_CHECK(c.dispatch_slices >= 0 && c.dispatch_slices <= 255, "MoE dispatch_slices = ", c.dispatch_slices,
+               ", expected 0 (chosen) or 1..255");
+  KOSMOS_CHECK(int64_t(c.world) * c.tokens * c.top_k < (int64_t(1) << 31), "MoE receive rows W*T*k = ",
+               int64_t(c.world) * c.tokens * c.top_k, " exceed 2^31");
+  return Status::ok();
+}
+
+}  // namespace
+
+struct MoeLayer::Impl {
+  MoeConfig cfg;
+  std::vector<void*> mem;  // [buffer * world + rank]
+  std::vector<std::vector<uint8_t>> host_mem;
+  std::unique_ptr<ops::OpRunner> fused;
+  std::vector<std::unique_ptr<ops::OpRunner>> unfused;  // one per phase
+  size_t tasks_fused = 0, tasks_unfused = 0;
+  std::string summary;
+  ~Impl() {
+    fused.reset();
+    unfused.clear();
+    if (!cfg.cpu)
+      for (void* p : mem)
+        if (p) cudaFree(p);
+  }
+};
+
+MoeLayer::~MoeLayer() = default;
+
+Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) {
+  KOSMOS_CHECK(out != nullptr, "MoeLayer::plan: out is null");
+  KOSMOS_RETURN_IF_ERROR(validate(cfg));
+  int ctas = 132;
+  if (!cfg.cpu) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, dev);
+    cudaGetLastError();
+    if (cfg.max_ctas > 0) ctas = std::min(ctas, cfg.max_ctas);
+  }
+  const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W, T = uint32_t(cfg.tokens),
+                 k = uint32_t(cfg.top_k), H = uint32_t(cfg.hidden), I = uint32_t(cfg.intermediate);
+  const int64_t rows_max = int64_t(W) * T * k;
+
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  const uint32_t nb = uint32_t(MoeBuffer::kCount);
+  impl->mem.assign(size_t(nb) * W, nullptr);
+  impl->host_mem.resize(size_t(nb) * W);
+  for (uint32_t b = 0; b < nb; ++b) {
+    const size_t bytes = moe_buffer_info(cfg, MoeBuffer(b)).bytes();
+    for (uint32_t r = 0; r < W; ++r) {
+      if (cfg.cpu) {
+        impl->host_mem[b * W + r].assign(bytes + 16, 0);
+        impl->mem[b * W + r] = impl->host_mem[b * W + r].data();
+      } else {
+        void* p = nullptr;
+        if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
+          cudaGetLastError();
+          return Status(StatusCode::kCudaError, "MoeLayer: cudaMalloc of " + std::to_string(bytes) + " bytes for " +
+                                                    to_string(MoeBuffer(b)) + " of rank " + std::to_string(r) + " failed");
+        }
+        impl->mem[b * W + r] = p;
+      }
+    }
+  }
+  auto mem = [&](MoeBuffer b, uint32_t r) { return impl->mem[size_t(b) * W + r]; };
+
+  // ---- GEMM problems: 2d = GEMM1 of rank d, 2d + 1 = GEMM2 ----------------------------------
+  std::vector<ops::GemmProblemSpec> problems;
+  uint32_t c_next = 0;
+  const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_g2done = c_next++;
+  const uint32_t c_arrive = c_next;
+  c_next += L;
+  kernels::gemm::GemmParams p1{}, p2{};
+  for (uint32_t d = 0; d < W; ++d) {
+    const int32_t* layout = static_cast<const int32_t*>(mem(MoeBuffer::kLayout, d));
+    ops::GemmProblemSpec g1;
+    auto& a = g1.desc;
+    a.m = rows_max;
+    a.n = 2 * int64_t(I);
+    a.k = H;
+    a.lda = H;
+    a.ldb = 2 * int64_t(I);
+    a.ldc = I;
+    a.num_groups = int(L);
+    a.group_m = layout;
+    a.group_offset = layout + L;
+    a.epilogue = kernels::gemm::kGemmEpiSwiGLU;
+    a.num_sms = ctas;
+    g1.rank = d;
+    g1.a_buffer = uint32_t(MoeBuffer::kRecvX);
+    g1.b_buffer = uint32_t(MoeBuffer::kGateUp);
+    g1.c_buffer = uint32_t(MoeBuffer::kAct);
+    g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0, 0};  // counter = c_arrive + group
+    ops::GemmProblemSpec g2;
+    auto& b = g2.desc;
+    b.m = rows_max;
+    b.n = H;
+    b.k = I;
+    b.lda = I;
+    b.ldb = H;
+    b.ldc = H;
+    b.num_groups = int(L);
+    b.group_m = layout;
+    b.group_offset = layout + L;
+    b.epilogue = kernels::gemm::kGemmEpiRowScale;
+    b.num_sms = ctas;
+    g2.rank = d;
+    g2.a_buffer = uint32_t(MoeBuffer::kAct);
+    g2.b_buffer = uint32_t(MoeBuffer::kDown);
+    g2.c_buffer = uint32_t(MoeBuffer::kOut);
+    g2.row_scale_buffer = uint32_t(MoeBuffer::kRecvW);
+    for (auto* spec : {&g1, &g2}) {  // validate shapes now (no TMA encode)
+      kernels::gemm::GemmDesc probe = spec->desc;
+      probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
+      probe.row_scale = reinterpret_cast<const float*>(uintptr_t(4096));
+      probe.encode_tma = false;
+      kernels::gemm::GemmParams pp;
+      Status st = kernels::gemm::make_gemm_params(probe, &pp);
+      if (!st) return Status(st.code(), std::string("MoE ") + (spec == &g1 ? "GEMM1" : "GEMM2") + ": " + st.message());
+      (spec == &g1 ? p1 : p2) = pp;
+    }
+    problems.push_back(g1);
+    problems.push_back(g2);
+  }
+  // Both problems walk the same worst-case slots (same group_m / offsets, BM = 128), in runs.
+  const int64_t slots = p1.num_m_tiles;
+  const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
+  const uint32_t run = ops::choose_run_length(est_tiles, p1.num_n_tiles, std::max(1, ctas / int(W)));
+  const uint32_t num_runs = uint32_t((slots + run - 1) / run);
+  const uint32_t c_g1run = c_next;
+  c_next += num_runs;
+
+  // ---- tasks ----------------------------------------------------------------------------------
+  std::vector<TaskRec> tasks;
+  auto moe_args = [&](uint32_t a, uint32_t b, uint32_t c) {
+    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c};
+  };
+  auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
+    TaskRec t;
+    t.kind = kind;
+    t.rank = rank;
+    std::memcpy(t.args, args, bytes);
+    t.phase = phase;
+    tasks.push_back(std::move(t));
+    return tasks.back();
+  };
+  for (uint32_t s = 0; s < W; ++s) {
+    const auto a = moe_args(0, 0, 0);
+    TaskRec& t = add(TaskKind::kMoeRoute, s, &a, sizeof(a), kPhaseRoute);
+    for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_counts, uint16_t(r), 1});
+  }
+  for (uint32_t r = 0; r < W; ++r) {
+    const auto a = moe_args(0, 0, 0);
+    TaskRec& t = add(TaskKind::kMoeOffsets, r, &a, sizeof(a), kPhaseOffsets);
+    t.waits.push_back({c_counts, plan::kWaitAll});
+    t.signals.push_back({c_layout, uint16_t(r), 1});
+  }
+  const uint32_t epb = cfg.dispatch_experts_per_task > 0
+                           ? uint32_t(cfg.dispatch_experts_per_task)
+                           : std::max<uint32_t>(1, uint32_t((int64_t(W) * E + 4 * ctas - 1) / (4 * ctas)));
+  // Row slices split an expert's rows from one source over several tasks when there are few
+  // (source, expert) pairs and many rows each (W = 1, T = 4096: 1024 rows per expert).
+  const uint32_t blocks = W * W * ((L + epb - 1) / epb);
+  const int64_t rows_per_pair = std::max<int64_t>(1, int64_t(T) * k / E);
+  const uint32_t num_slices = cfg.dispatch_slices > 0
+                                  ? uint32_t(cfg.dispatch_slices)
+                                  : uint32_t(std::clamp<int64_t>(std::min<int64_t>((4 * ctas + blocks - 1) / blocks, rows_per_pair / 16), 1, 64));
+  for (uint32_t l0 = 0; l0 < L; l0 += epb)
+    for (uint32_t sl = 0; sl < num_slices; ++sl)
+      for (uint32_t s = 0; s < W; ++s)
+        for (uint32_t d = 0; d < W; ++d) {
+          const uint32_t l1 = std::min(L, l0 + epb);
+          const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
+          TaskRec& t = add(TaskKind::kMoeDispatch, s, &a, sizeof(a), kPhaseDispatch);
+          t.waits.push_back({c_layout, 1});
+          t.signals.push_back({c_arrive_all, uint16_t(d), 1});
+          for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c_arrive + l, uint16_t(d), 1});
+        }
+  auto gemm1 = [&](uint32_t d, uint32_t ri) {
+    const uint32_t m0 = ri * run, count = std::min<uint32_t>(run, uint32_t(slots - m0));
+    for (int nb = 0; nb < p1.num_n_tiles; ++nb) {
+      GemmTileArgs a{2 * d, m0, uint32_t(nb), count, {}};
+      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
+      t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
+      t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
+      t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
+    }
+  };
+  auto gemm2 = [&](uint32_t d, uint32_t ri) {
+    const uint32_t m0 = ri * run, count = std::min<uint32_t>(run, uint32_t(slots - m0));
+    for (int nb = 0; nb < p2.num_n_tiles; ++nb) {
+      GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, {}};
+      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
+      t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+      for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
+    }
+  };
+  // GEMM2 of run i goes in after GEMM1 of run i + lag: about two waves of GEMM1 tasks lie between
+  // them, so a CTA claiming GEMM2(i) rarely finds GEMM1(i) still running (it would block at claim).
+  const uint32_t lag = std::max<uint32_t>(1, uint32_t((2 * ctas + int64_t(W) * p1.num_n_tiles - 1) / (int64_t(W) * p1.num_n_tiles)));
+  for (uint32_t ri = 0; ri < num_runs + lag; ++ri) {
+    if (ri < num_runs)
+      for (uint32_t d = 0; d < W; ++d) gemm1(d, ri);
+    if (ri >= lag)
+      for (uint32_t d = 0; d < W; ++d) gemm2(d, ri - lag);
+  }
+  const uint32_t tpt = cfg.combine_tokens_per_task > 0
+                           ? uint32_t(cfg.combine_tokens_per_task)
+                           : std::max<uint32_t>(1, (T + std::max(1u, 4u * uint32_t(ctas) / W) - 1) / std::max(1u, 4u * uint32_t(ctas) / W));
+  for (uint32_t t0 = 0; t0 < T; t0 += tpt)
+    for (uint32_t s = 0; s < W; ++s) {
+      const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
+      TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kPhaseCombine);
+      t.waits.push_back({c_layout, 1});
+      t.waits.push_back({c_g2done, plan::kWaitAll});
+    }
+
+  // ---- plans: the fused one, and the six phases of the unfused composition ---------------------
+  auto build = [&](int phase, plan::Plan* p) -> Status {  // phase < 0: fused
+    plan::PlanBuilder b(W, phase < 0 ? "moe_forward" : "moe_forward_phase" + std::to_string(phase));
+    for (uint32_t i = 0; i < nb; ++i) b.add_buffer(to_string(MoeBuffer(i)), moe_buffer_info(cfg, MoeBuffer(i)).bytes(), true);
+    b.add_counters(c_next);
+    for (const TaskRec& t : tasks) {
+      if (phase >= 0 && t.phase != phase) continue;
+      const uint32_t id = b.add_task(t.kind, t.rank);
+      b.set_args(id, t.args);
+      if (phase >= 0) continue;  // unfused: every edge crosses a launch boundary
+      for (const plan::Wait& w : t.waits) b.wait(id, w.counter, w.target);
+      for (const plan::Signal& s : t.signals) b.signal(id, s.rank, s.counter, s.amount);
+    }
+    return b.build(p);
+  };
+  ops::RunnerOptions ro;
+  ro.executor = cfg.cpu ? ops::ExecutorKind::kCpu : ops::ExecutorKind::kGpu;
+  ro.watchdog_seconds = cfg.watchdog_seconds;
+  ro.trace = cfg.trace;
+  ro.max_ctas = cfg.max_ctas;
+  ro.cpu_workers = 4;
+  auto make_runner = [&](const plan::Plan& p, bool keep_rules, std::unique_ptr<ops::OpRunner>* r) -> Status {
+    std::vector<ops::GemmProblemSpec> sp = problems;
+    if (!keep_rules)
+      for (auto& s : sp) s.rule = ops::GemmWaitRule{};
+    KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(p, sp, ro, r));
+    for (uint32_t b = 0; b < nb; ++b)
+      for (uint32_t rank = 0; rank < W; ++rank) KOSMOS_RETURN_IF_ERROR((*r)->bind(b, rank, impl->mem[b * W + rank]));
+    return Status::ok();
+  };
+  plan::Plan pf;
+  KOSMOS_RETURN_IF_ERROR(build(-1, &pf));
+  impl->tasks_fused = pf.tasks.size();
+  KOSMOS_RETURN_IF_ERROR(make_runner(pf, true, &impl->fused));
+  for (int ph = 0; ph < kNumPhases; ++ph) {
+    plan::Plan pp;
+    KOSMOS_RETURN_IF_ERROR(build(ph, &pp));
+    impl->tasks_unfused += pp.tasks.size();
+    std::unique_ptr<ops::OpRunner> r;
+    KOSMOS_RETURN_IF_ERROR(make_runner(pp, false, &r));
+    impl->unfused.push_back(std::move(r));
+  }
+  size_t kinds[32] = {};
+  for (const auto& t : pf.tasks) kinds[std::min<size_t>(size_t(t.kind), 31)]++;
+  std::ostringstream os;
+  os << "moe_forward W=" << W << " T=" << T << " H=" << H << " I=" << I << " E=" << E << " k=" << k << ": " << pf.tasks.size()
+     << " tasks (" << kinds[size_t(TaskKind::kMoeRoute)] << " route, " << kinds[size_t(TaskKind::kMoeOffsets)] << " offsets, "
+     << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << epb << " experts x 1/" << num_slices << " of the rows each], "
+     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << "; GEMM2 lag " << lag << " runs; n tiles "
+     << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
+     << " tokens each]), " << pf.num_counters << " counters/rank";
+  impl->summary = os.str();
+  std::unique_ptr<MoeLayer> layer(new MoeLayer());
+  layer->impl_ = std::move(impl);
+  *out = std::move(layer);
+  return Status::ok();
+}
+
+void* MoeLayer::buffer(MoeBuffer b, int rank) const { return impl_->mem.at(size_t(b) * impl_->cfg.world + rank); }
+size_t MoeLayer::buffer_bytes(MoeBuffer b) const { return moe_buffer_info(impl_->cfg, b).bytes(); }
+const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
+
+Status MoeLayer::run(cudaStream_t stream) { return run_composition(impl_->cfg.fused, stream); }
+
+Status MoeLayer::run_composition(bool fused, cudaStream_t stream) {
+  if (fused) return impl_->fused->run(stream);
+  for (auto& r : impl_->unfused) KOSMOS_RETURN_IF_ERROR(r->run(stream));
+  return Status::ok();
+}
+
+Status MoeLayer::finish(cudaStream_t stream) {
+  KOSMOS_RETURN_IF_ERROR(impl_->fused->finish(stream));
+  for (auto& r : impl_->unfused) KOSMOS_RETURN_IF_ERROR(r->finish(stream));
+  return Status::ok();
+}
+
+Status MoeLayer::read_trace(std::vector<runtime::TraceRecord>* out) const { return impl_->fused->read_trace(out); }
+
+size_t MoeLayer::num_tasks(bool fused) const { return fused ? impl_->tasks_fused : impl_->tasks_unfused; }
+
+std::string MoeLayer::describe() const { return impl_->summary; }
+
+}  // namespace kosmos

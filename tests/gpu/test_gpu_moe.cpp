@@ -1,0 +1,84 @@
+// MoE forward on the H200 with virtual ranks W in {1, 8}: against fp64 and the unfused
+// composition bit for bit (uniform and skewed routing, poisoned outputs and workspaces), and
+// replayed from a CUDA graph.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "../moe_check.h"
+#include "gpu_skip.h"
+#include "kosmos/runtime.h"
+
+using namespace kosmos;
+using namespace kosmos::test;
+
+namespace {
+void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0) {
+  MoeConfig c;
+  c.world = W;
+  c.tokens = T;
+  c.hidden = H;
+  c.intermediate = I;
+  c.num_experts = E;
+  c.top_k = k;
+  std::unique_ptr<MoeLayer> L;
+  Status s = MoeLayer::plan(c, &L);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeHost h{c};
+  fill_moe(*L, h, 4242 + W + T + E, routing);
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  if (graph_replays) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ASSERT_TRUE(L->run_composition(true, st).is_ok());  // first run outside (parameters uploaded)
+    ASSERT_TRUE(L->finish(st).is_ok());
+    poison(*L);
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_TRUE(L->run_composition(true, st).is_ok());
+    ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    for (int i = 0; i < graph_replays; ++i) ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  } else {
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_composition(true, st).is_ok());
+  }
+  s = L->finish(st);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  const std::string what = "W=" + std::to_string(W) + " T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" +
+                           std::to_string(k) + " " + L->describe();
+  EXPECT_EQ(check_moe(*L, h), "") << what;
+  std::vector<std::vector<uint16_t>> fused(W);
+  for (int r = 0; r < W; ++r) fused[r] = read_y(*L, r);
+  poison(*L);
+  ASSERT_TRUE(L->run_composition(false, st).is_ok());
+  s = L->finish(st);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  cudaStreamDestroy(st);
+  for (int r = 0; r < W; ++r)
+    EXPECT_TRUE(read_y(*L, r) == fused[r]) << what << ": fused y of rank " << r << " differs from the unfused composition";
+}
+}  // namespace
+
+class GpuMoe : public ::testing::TestWithParam<std::tuple<int, Routing>> {};
+
+TEST_P(GpuMoe, MatchesFp64AndUnfusedBitForBit) {
+  SKIP_WITHOUT_GPU();
+  auto [W, routing] = GetParam();
+  run_moe(W, 1, 256, 128, 16, 2, routing);     // one token
+  run_moe(W, 200, 512, 256, 32, 8, routing);   // several slots per expert, E = 32, k = 8
+  run_moe(W, 77, 264, 136, 8, 4, routing);     // H, I not multiples of the tile widths
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GpuMoe,
+                         ::testing::Combine(::testing::Values(1, 8),
+                                            ::testing::Values(Routing::kUniform, Routing::kSkewed, Routing::kSkewedWithDrops)),
+                         [](const auto& info) {
+                           return "W" + std::to_string(std::get<0>(info.param)) + "_" + routing_name(std::get<1>(info.param));
+                         });
+
+TEST(GpuMoeGraph, FusedForwardReplaysFromACudaGraph) {
+  SKIP_WITHOUT_GPU();
+  run_moe(8, 128, 512, 256, 64, 8, Routing::kUniform, 20);
+  run_moe(1, 64, 256, 128, 32, 4, Routing::kSkewed, 20);
+}

@@ -1,0 +1,112 @@
+// MoE forward on the CPU executor with virtual ranks W in {1, 2, 4, 8}: against fp64, fused ==
+// unfused composition bit for bit, uniform and skewed routing (empty experts), dropped slots,
+// T from 1; bad configurations named.
+#include <gtest/gtest.h>
+
+#include "../moe_check.h"
+
+using namespace kosmos;
+using namespace kosmos::test;
+
+namespace {
+void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
+             int slices = 0) {
+  MoeConfig c;
+  c.world = W;
+  c.tokens = T;
+  c.hidden = H;
+  c.intermediate = I;
+  c.num_experts = E;
+  c.top_k = k;
+  c.cpu = true;
+  c.watchdog_seconds = 60;
+  c.dispatch_experts_per_task = epb;
+  c.combine_tokens_per_task = tpt;
+  c.dispatch_slices = slices;
+  std::unique_ptr<MoeLayer> L;
+  Status s = MoeLayer::plan(c, &L);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeHost h{c};
+  fill_moe(*L, h, 1000 + 17 * W + T + E + k, routing);
+  for (int rep = 0; rep < 2; ++rep) {  // twice: epochs advance without a reset
+    s = L->run_composition(true);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+  }
+  const std::string what = "W=" + std::to_string(W) + " T=" + std::to_string(T) + " E=" + std::to_string(E) +
+                           " k=" + std::to_string(k) + " routing=" + std::to_string(int(routing)) + " " + L->describe();
+  EXPECT_EQ(check_moe(*L, h), "") << what;
+  std::vector<std::vector<uint16_t>> fused(W);
+  for (int r = 0; r < W; ++r) fused[r] = read_y(*L, r);
+  poison(*L);
+  s = L->run_composition(false);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  for (int r = 0; r < W; ++r)
+    EXPECT_TRUE(read_y(*L, r) == fused[r]) << what << ": fused y of rank " << r << " differs from the unfused composition";
+}
+}  // namespace
+
+class MoeCpu : public ::testing::TestWithParam<std::tuple<int, Routing>> {};
+
+TEST_P(MoeCpu, MatchesFp64AndUnfusedBitForBit) {
+  auto [W, routing] = GetParam();
+  run_moe(W, 1, 8, 2, routing);             // one token
+  run_moe(W, 37, 32, 8, routing);           // E = 32, k = 8, ragged groups
+  run_moe(W, 20, 16, 4, routing, 128, 48);  // wider H, I = 48
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, MoeCpu,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                                            ::testing::Values(Routing::kUniform, Routing::kSkewed, Routing::kSkewedWithDrops)),
+                         [](const auto& info) {
+                           return "W" + std::to_string(std::get<0>(info.param)) + "_" + routing_name(std::get<1>(info.param));
+                         });
+
+TEST(MoeCpuShapes, ManyRowsPerExpertAndTaskSizes) {
+  // > 128 rows per group (several slots per expert), one-expert and one-token tasks.
+  run_moe(2, 300, 4, 2, Routing::kSkewed, 64, 32, 1, 1);
+  run_moe(4, 64, 8, 8, Routing::kUniform, 64, 32, 2, 7);
+  run_moe(2, 150, 8, 4, Routing::kSkewedWithDrops, 64, 32, 3, 5, 7);  // rows split over 7 dispatch slices
+  run_moe(1, 3, 1, 1, Routing::kUniform);  // a single expert
+}
+
+TEST(MoeCpu, InterleaveHelperMatchesTheEngineLayout) {
+  const int64_t H = 3, I = 16;
+  std::vector<uint16_t> plain(H * 2 * I), inter(H * 2 * I);
+  for (size_t i = 0; i < plain.size(); ++i) plain[i] = uint16_t(i);
+  moe_interleave_gate_up(plain.data(), inter.data(), H, I);
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t c = 0; c < I; ++c) {
+      EXPECT_EQ(inter[h * 2 * I + 16 * (c / 8) + c % 8], plain[h * 2 * I + c]);
+      EXPECT_EQ(inter[h * 2 * I + 16 * (c / 8) + 8 + c % 8], plain[h * 2 * I + I + c]);
+    }
+}
+
+TEST(MoeCpuErrors, BadConfigsNamed) {
+  MoeConfig c;
+  c.cpu = true;
+  c.world = 3;
+  c.tokens = 4;
+  c.hidden = 64;
+  c.intermediate = 32;
+  c.num_experts = 8;
+  c.top_k = 2;
+  std::unique_ptr<MoeLayer> L;
+  Status s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("num_experts = 8 is not divisible by the world size 3"), std::string::npos) << s.message();
+  c.world = 2;
+  c.hidden = 60;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("hidden = 60"), std::string::npos) << s.message();
+  c.hidden = 64;
+  c.top_k = 17;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("top_k = 17"), std::string::npos) << s.message();
+  c.top_k = 2;
+  c.tokens = 0;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("tokens = 0"), std::string::npos) << s.message();
+  c.tokens = 4;
+  c.num_experts = 512;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("num_experts = 512"), std::string::npos) << s.message();
+}
