@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <regex>
@@ -21,6 +22,8 @@ std::string pick_executor(const std::string& requested) {
 }
 
 std::string git_commit() {
+  // The GPU machine gets a copy of the tree without .git: the caller passes KOSMOS_COMMIT there.
+  if (const char* env = std::getenv("KOSMOS_COMMIT"); env && *env) return env;
   std::string out;
   if (FILE* f = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r")) {
     char buf[64] = {0};
