@@ -36,6 +36,11 @@ for s in "${steps[@]}"; do
       $bin/kosmos bench tp --model llama3-8b --op ag_gemm --world 8 --reps 3 --trace-svg "$out/trace-ag-gemm-w8.svg" > /dev/null 2>&1
       $bin/kosmos bench tp --model llama3-8b --op gemm_rs --world 8 --reps 3 --trace-svg "$out/trace-gemm-rs-w8.svg" > /dev/null 2>&1
       ;;
+    bench-moe)
+      for spec in ${MOE_SPECS:-"qwen3-235b:128:1 qwen3-235b:4096:1 deepseek-v3:128:1 deepseek-v3:4096:1 qwen3-235b:4096:8"}; do
+        set -- ${spec//:/ }
+        $bin/kosmos bench moe --model $1 --tokens $2 --world $3 --json "$out/moe-$1-t$2-w$3.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-moe.log"
+      done ;;
     gemm-tests) $bin/tests/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
     gemm-bench) $bin/gemm_engine_bench --json "$out/gemm-bench.json" 2>&1 | tee "$out/gemm-bench.log" | tail -30 ;;
     *) echo "unknown step $s" ;;
