@@ -46,6 +46,7 @@ struct Gemm::Impl {
   GemmArguments args;
   kernels::gemm::GemmParams shape;
   uint32_t run = 1;
+  int num_sms = 132;
 };
 
 Gemm::~Gemm() = default;
@@ -60,6 +61,7 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));  // validates everything
   const auto& p = impl->shape;
   const int ctas = d.num_sms;  // one op CTA per SM (228 KB of shared memory each)
+  impl->num_sms = d.num_sms;
   impl->run = ops::choose_run_length(p.num_m_tiles, p.num_n_tiles, ctas);
 
   plan::PlanBuilder b(1, "gemm");
@@ -103,8 +105,16 @@ Status Gemm::update(const GemmArguments& args) {
                "Gemm::update: shapes, layouts and epilogue must match the planned ones (re-plan instead)");
   KOSMOS_CHECK(args.a && args.b && args.c, "Gemm::update: a, b and c must be non-null");
   KOSMOS_CHECK(!(args.epilogue & kEpilogueRowScale) || args.row_scale, "Gemm::update: row_scale is null");
+  KOSMOS_CHECK(args.num_groups == 0 || (args.group_m && args.group_offset), "Gemm::update: grouped GEMM needs group_m and group_offset");
   impl_->args = args;
   ops::OpRunner& r = *impl_->runner;
+  if (args.num_groups > 0) {  // device arrays of group sizes / offsets are descriptor fields, not buffers
+    kernels::gemm::GemmDesc d = to_desc(args);
+    d.a = d.b = nullptr;
+    d.c = nullptr;
+    d.num_sms = impl_->num_sms;
+    KOSMOS_RETURN_IF_ERROR(r.update_problem(0, d));
+  }
   KOSMOS_RETURN_IF_ERROR(r.bind(kA, 0, const_cast<void*>(args.a)));
   KOSMOS_RETURN_IF_ERROR(r.bind(kB, 0, const_cast<void*>(args.b)));
   KOSMOS_RETURN_IF_ERROR(r.bind(kC, 0, args.c));

@@ -78,6 +78,16 @@ Status OpRunner::bind(uint32_t buffer, uint32_t rank, void* ptr) {
   return gpu_ ? gpu_->bind_buffer(buffer, rank, ptr) : cpu_->bind_buffer(buffer, rank, ptr);
 }
 
+Status OpRunner::update_problem(uint32_t problem, const kernels::gemm::GemmDesc& desc) {
+  KOSMOS_CHECK(problem < problems_.size(), "update_problem: problem ", problem, " does not exist (", problems_.size(), ")");
+  const auto& old = problems_[problem].desc;
+  KOSMOS_CHECK(desc.m == old.m && desc.n == old.n && desc.k == old.k && desc.num_groups == old.num_groups,
+               "update_problem: shapes must not change (re-plan instead)");
+  problems_[problem].desc = desc;
+  dirty_ = true;
+  return Status::ok();
+}
+
 void* OpRunner::buffer(uint32_t buffer, uint32_t rank) const {
   return gpu_ ? gpu_->buffer(buffer, rank) : cpu_->buffer(buffer, rank);
 }

@@ -42,6 +42,9 @@ class OpRunner {
                        std::unique_ptr<OpRunner>* out);
 
   Status bind(uint32_t buffer, uint32_t rank, void* ptr);
+  // Replaces the non-buffer fields of a problem's descriptor (e.g. grouped GEMM's device arrays of
+  // group sizes and offsets); shapes must not change. Takes effect at the next run.
+  Status update_problem(uint32_t problem, const kernels::gemm::GemmDesc& desc);
   void* buffer(uint32_t buffer, uint32_t rank) const;
   Status run(cudaStream_t stream = nullptr);     // GPU: enqueue; CPU: runs to completion
   Status finish(cudaStream_t stream = nullptr);  // GPU: sync + watchdog status; CPU: no-op

@@ -100,3 +100,59 @@ TEST(GemmCpu, BadInputsAreRejectedWithTheArgumentNamed) {
   x.ldb = 24;
   expect(x, "n (= 2 * intermediate) % 16 == 0");
 }
+
+TEST(GemmCpu, GroupedWithEmptyGroupsAndDeviceStyleCounts) {
+  // 5 groups sharing N and K; group 2 is empty; rows of group g start at offset[g] (a gap row
+  // between groups 3 and 4 must stay untouched).
+  const int G = 5;
+  std::vector<int> gm = {130, 7, 0, 64, 1}, off(G);
+  int64_t rows = 0;
+  for (int g = 0; g < G; ++g) {
+    off[g] = int(rows);
+    rows += gm[g] + (g == 3 ? 1 : 0);
+  }
+  const int64_t n = 72, k = 40;
+  auto a = random_bf16(size_t(rows) * k, 5), b = random_bf16(size_t(G) * k * n, 6);
+  std::vector<uint16_t> c(size_t(rows) * n, 0x7FC1);
+  GemmArguments g;
+  g.a = a.data();
+  g.lda = k;
+  g.b = b.data();
+  g.ldb = n;
+  g.c = c.data();
+  g.ldc = n;
+  g.m = rows;
+  g.n = n;
+  g.k = k;
+  g.num_groups = G;
+  g.group_m = gm.data();
+  g.group_offset = off.data();
+  GemmOptions o;
+  o.cpu = true;
+  std::unique_ptr<Gemm> plan;
+  Status s = Gemm::plan(g, o, &plan);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_TRUE(plan->run().is_ok());
+  for (int grp = 0; grp < G; ++grp) {
+    for (int r = 0; r < gm[grp]; ++r) {
+      const int64_t row = off[grp] + r;
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0;
+        for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(a[row * k + kk])) * bf16_to_float(b[(grp * k + kk) * n + j]);
+        ASSERT_NEAR(bf16_to_float(c[row * n + j]), ref, 2e-2 * (1 + std::abs(ref))) << "group " << grp << " row " << r;
+      }
+    }
+  }
+  const int64_t gap = off[3] + gm[3];
+  for (int64_t j = 0; j < n; ++j) EXPECT_EQ(c[gap * n + j], 0x7FC1) << "gap row written";
+  // The same plan with new group sizes (device-computed in real use): all rows to group 0.
+  std::vector<int> gm2 = {int(rows), 0, 0, 0, 0}, off2 = {0, int(rows), int(rows), int(rows), int(rows)};
+  GemmArguments g2 = g;
+  g2.group_m = gm2.data();
+  g2.group_offset = off2.data();
+  ASSERT_TRUE(plan->update(g2).is_ok());
+  ASSERT_TRUE(plan->run().is_ok());
+  double ref = 0;
+  for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(a[gap * k + kk])) * bf16_to_float(b[kk * n + 0]);
+  EXPECT_NEAR(bf16_to_float(c[gap * n + 0]), ref, 2e-2 * (1 + std::abs(ref)));
+}
