@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 
+#include "bench_timing.h"
 #include "common.h"
 #include "kernels/gemm/bf16.h"
 #include "kosmos/cuda_check.h"
@@ -42,27 +43,6 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed, float scale
   }
 }
 
-Status time_fn(cudaStream_t s, int reps, const std::function<Status()>& fn, double* ms_out) {
-  cudaEvent_t a, b;
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&a));
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) KOSMOS_RETURN_IF_ERROR(fn());
-  std::vector<double> v;
-  for (int i = 0; i < reps; ++i) {
-    KOSMOS_CUDA_CHECK(cudaEventRecord(a, s));
-    KOSMOS_RETURN_IF_ERROR(fn());
-    KOSMOS_CUDA_CHECK(cudaEventRecord(b, s));
-    KOSMOS_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    KOSMOS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    v.push_back(ms);
-  }
-  std::sort(v.begin(), v.end());
-  *ms_out = v[v.size() / 2];
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return Status::ok();
-}
 
 template <class T>
 Status download(const void* src, size_t count, size_t offset, std::vector<T>* out) {
@@ -213,9 +193,9 @@ void add_bench_moe(CLI::App& bench) {
 
     std::fprintf(stderr, "[bench moe] timing...\n");
     double t_fused = 0, t_unfused = 0;
-    throw_if_error(time_fn(s, o->reps, [&] { return L->run_composition(true, s); }, &t_fused));
+    throw_if_error(time_median_ms(s, o->reps, [&] { return L->run_composition(true, s); }, &t_fused));
     throw_if_error(L->finish(s));
-    throw_if_error(time_fn(s, o->reps, [&] { return L->run_composition(false, s); }, &t_unfused));
+    throw_if_error(time_median_ms(s, o->reps, [&] { return L->run_composition(false, s); }, &t_unfused));
     throw_if_error(L->finish(s));
     const double weight_bytes = double(W) * (L->buffer_bytes(MoeBuffer::kGateUp) + L->buffer_bytes(MoeBuffer::kDown));
     const double floor_ms = weight_bytes / 4.2e12 * 1e3;

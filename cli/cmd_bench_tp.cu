@@ -17,6 +17,7 @@
 #include <map>
 #include <random>
 
+#include "bench_timing.h"
 #include "common.h"
 #include "kernels/gemm/bf16.h"
 #include "kosmos/cuda_check.h"
@@ -211,27 +212,6 @@ double flops(const TpConfig& c) {
   return (c.op == TpOp::kColParallelBwd || c.op == TpOp::kRowParallelBwd) ? 2 * f : f;
 }
 
-Status time_fn(cudaStream_t s, int reps, const std::function<Status()>& fn, double* ms_out) {
-  cudaEvent_t a, b;
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&a));
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) KOSMOS_RETURN_IF_ERROR(fn());
-  std::vector<double> v;
-  for (int i = 0; i < reps; ++i) {
-    KOSMOS_CUDA_CHECK(cudaEventRecord(a, s));
-    KOSMOS_RETURN_IF_ERROR(fn());
-    KOSMOS_CUDA_CHECK(cudaEventRecord(b, s));
-    KOSMOS_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    KOSMOS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    v.push_back(ms);
-  }
-  std::sort(v.begin(), v.end());
-  *ms_out = v[v.size() / 2];
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return Status::ok();
-}
 
 Status fill(void* p, size_t elems, uint64_t seed, float scale) {
   std::vector<uint16_t> h(elems);
@@ -348,14 +328,14 @@ void add_bench_tp(CLI::App& bench) {
 
     std::fprintf(stderr, "[bench tp] timing...\n");
     double t_fused, t_unfused, t_a, t_b, t_comm, t_gemm;
-    throw_if_error(time_fn(c.s0, o->reps, [&] { return fused->run(c.s0); }, &t_fused));
+    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return fused->run(c.s0); }, &t_fused));
     throw_if_error(fused->finish(c.s0));
-    throw_if_error(time_fn(c.s0, o->reps, [&] { return unfused->run(c.s0); }, &t_unfused));
+    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return unfused->run(c.s0); }, &t_unfused));
     throw_if_error(unfused->finish(c.s0));
-    throw_if_error(time_fn(c.s0, o->reps, [&] { return baseline(c, false, 0); }, &t_a));
-    throw_if_error(time_fn(c.s0, o->reps, [&] { return baseline(c, true, 0); }, &t_b));
-    throw_if_error(time_fn(c.s0, o->reps, [&] { return baseline(c, false, 1); }, &t_comm));
-    throw_if_error(time_fn(c.s0, o->reps, [&] { return baseline(c, false, 2); }, &t_gemm));
+    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 0); }, &t_a));
+    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, true, 0); }, &t_b));
+    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 1); }, &t_comm));
+    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 2); }, &t_gemm));
     const double ideal = std::max(t_comm, t_gemm);
     const double tf = flops(cfg) / (t_fused * 1e-3) / 1e12;
     std::printf("%s %s W=%d M=%ld N=%ld K=%ld (virtual ranks on one GPU; device copies stand in for NCCL)\n", o->model.c_str(),

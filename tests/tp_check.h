@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "gemm_reference.h"
 #include "kosmos/tp.h"
 
@@ -160,6 +162,62 @@ inline std::vector<TpBuffer> tp_outputs(TpOp op) {
     case TpOp::kRowParallelBwd: return {TpBuffer::kDX, TpBuffer::kDW};
   }
   return {};
+}
+
+// Plans the op fused and unfused with the same inputs, runs the fused one twice (or captures it in
+// a CUDA graph and replays it `graph_replays` times), checks it against fp64 and the unfused
+// composition bit for bit.
+inline void run_and_check_tp(TpConfig c, uint64_t seed, int graph_replays = 0) {
+  std::unique_ptr<TpLayer> fused, unfused;
+  Status s = TpLayer::plan(c, &fused);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  TpConfig cu = c;
+  cu.fused = false;
+  ASSERT_TRUE(TpLayer::plan(cu, &unfused).is_ok());
+  TpHost hf{c}, hu{cu};
+  fill_inputs(*fused, hf, seed);
+  fill_inputs(*unfused, hu, seed);
+  cudaStream_t st = nullptr;
+  if (!c.cpu) cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  if (graph_replays > 0) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    ASSERT_TRUE(fused->run(st).is_ok());
+    ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    for (int i = 0; i < graph_replays; ++i) ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  } else {
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(fused->run(st).is_ok());  // twice: epochs advance, no reset
+  }
+  s = fused->finish(st);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_TRUE(unfused->run(st).is_ok());
+  ASSERT_TRUE(unfused->finish(st).is_ok());
+  if (st) cudaStreamDestroy(st);
+  read_outputs(*fused, hf);
+  read_outputs(*unfused, hu);
+  EXPECT_EQ(check_tp(hf), "") << to_string(c.op) << " W=" << c.world << " M=" << c.m << " " << fused->describe();
+  for (TpBuffer b : tp_outputs(c.op)) {
+    if (!tp_buffer_shape(c, b).exists) continue;
+    for (int r = 0; r < c.world; ++r)
+      EXPECT_TRUE(hf.at(b, r) == hu.at(b, r)) << to_string(c.op) << " W=" << c.world << ": fused " << to_string(b) << " rank "
+                                               << r << " differs from the unfused composition";
+  }
+}
+
+inline TpConfig tp_config(TpOp op, int W, int64_t M, int64_t N, int64_t K, bool cpu) {
+  TpConfig c;
+  c.op = op;
+  c.world = W;
+  c.m = M;
+  c.n = N;
+  c.k = K;
+  c.cpu = cpu;
+  c.watchdog_seconds = 60;
+  return c;
 }
 
 }  // namespace kosmos::test

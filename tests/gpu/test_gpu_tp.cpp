@@ -14,50 +14,7 @@ using namespace kosmos::test;
 
 namespace {
 void run_op(TpOp op, int W, int64_t M, int64_t N, int64_t K, int graph_replays = 0) {
-  TpConfig c;
-  c.op = op;
-  c.world = W;
-  c.m = M;
-  c.n = N;
-  c.k = K;
-  std::unique_ptr<TpLayer> fused, unfused;
-  Status s = TpLayer::plan(c, &fused);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  TpConfig cu = c;
-  cu.fused = false;
-  ASSERT_TRUE(TpLayer::plan(cu, &unfused).is_ok());
-  TpHost hf{c}, hu{cu};
-  fill_inputs(*fused, hf, 777 + W);
-  fill_inputs(*unfused, hu, 777 + W);
-  cudaStream_t st;
-  cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-  if (graph_replays) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-    ASSERT_TRUE(fused->run(st).is_ok());
-    ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    for (int i = 0; i < graph_replays; ++i) ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-  } else {
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(fused->run(st).is_ok());
-  }
-  s = fused->finish(st);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  ASSERT_TRUE(unfused->run(st).is_ok());
-  ASSERT_TRUE(unfused->finish(st).is_ok());
-  cudaStreamDestroy(st);
-  read_outputs(*fused, hf);
-  read_outputs(*unfused, hu);
-  EXPECT_EQ(check_tp(hf), "") << to_string(op) << " W=" << W << " M=" << M << " " << fused->describe();
-  for (TpBuffer b : tp_outputs(op)) {
-    if (!tp_buffer_shape(c, b).exists) continue;
-    for (int r = 0; r < W; ++r)
-      EXPECT_TRUE(hf.at(b, r) == hu.at(b, r)) << to_string(op) << " W=" << W << ": fused " << to_string(b) << " rank " << r
-                                               << " differs from the unfused composition";
-  }
+  run_and_check_tp(tp_config(op, W, M, N, K, false), 777 + W, graph_replays);
 }
 }  // namespace
 

@@ -8,39 +8,7 @@ using namespace kosmos;
 using namespace kosmos::test;
 
 namespace {
-void run_op(TpOp op, int W, int64_t M, int64_t N, int64_t K) {
-  TpConfig c;
-  c.op = op;
-  c.world = W;
-  c.m = M;
-  c.n = N;
-  c.k = K;
-  c.cpu = true;
-  c.watchdog_seconds = 60;
-  std::unique_ptr<TpLayer> fused, unfused;
-  Status s = TpLayer::plan(c, &fused);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  TpConfig cu = c;
-  cu.fused = false;
-  ASSERT_TRUE(TpLayer::plan(cu, &unfused).is_ok());
-  TpHost hf{c}, hu{cu};
-  fill_inputs(*fused, hf, 1234 + W);
-  fill_inputs(*unfused, hu, 1234 + W);  // same seed: same inputs
-  for (int rep = 0; rep < 2; ++rep) {  // twice: epochs advance without a reset
-    ASSERT_TRUE(fused->run().is_ok());
-    ASSERT_TRUE(unfused->run().is_ok());
-  }
-  read_outputs(*fused, hf);
-  read_outputs(*unfused, hu);
-  const std::string err = check_tp(hf);
-  EXPECT_EQ(err, "") << to_string(op) << " W=" << W << " " << fused->describe();
-  for (TpBuffer b : tp_outputs(op)) {
-    if (!tp_buffer_shape(c, b).exists) continue;
-    for (int r = 0; r < W; ++r)
-      EXPECT_TRUE(hf.at(b, r) == hu.at(b, r)) << to_string(op) << " W=" << W << ": fused " << to_string(b) << " of rank " << r
-                                               << " differs from the unfused composition";
-  }
-}
+void run_op(TpOp op, int W, int64_t M, int64_t N, int64_t K) { run_and_check_tp(tp_config(op, W, M, N, K, true), 1234 + W); }
 }  // namespace
 
 class TpCpu : public ::testing::TestWithParam<std::tuple<TpOp, int>> {};
