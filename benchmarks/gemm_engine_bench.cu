@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/op_runner.h"
 #include "gemm_engine_test_kernel.cuh"
 #include "kernels/gemm/bf16.h"
 #include "kernels/gemm/gemm_host.h"
@@ -75,23 +76,8 @@ struct Buf {
   uint16_t* h() const { return static_cast<uint16_t*>(p); }
 };
 
-// Mirrors kosmos::ops choose_run_length (src/ops/op_runner.cpp).
-int runtime_run_length(int64_t m_tiles, int64_t n_tiles, int ctas) {
-  int best = 1;
-  int64_t best_span = INT64_MAX;
-  for (int64_t run = 1; run <= std::min<int64_t>(m_tiles, 16); ++run) {
-    const int64_t tasks = n_tiles * ((m_tiles + run - 1) / run);
-    const int64_t span = ((tasks + ctas - 1) / ctas) * run;
-    if (span <= best_span) {
-      best_span = span;
-      best = int(run);
-    }
-  }
-  return best;
-}
-
 int run_for(const Options& o, const GemmParams& p, int sms) {
-  return o.run > 0 ? o.run : runtime_run_length(p.num_m_tiles, p.num_n_tiles, sms);
+  return o.run > 0 ? o.run : int(kosmos::ops::choose_run_length(p.num_m_tiles, p.num_n_tiles, sms));
 }
 
 float median(std::vector<float> v) {
