@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kosmos/plan.h"
 #include "kosmos/runtime_types.h"
 #include "kosmos/status.h"
 
@@ -72,6 +73,10 @@ struct TpDistributed {
   std::function<Status(size_t bytes, std::vector<void*>* peers)> alloc_symmetric;
   std::function<Status(cudaStream_t)> barrier;
 };
+
+// The plan(s) an op runs (one fused plan, or the two phases of the unfused composition), without
+// allocating anything: for inspection (`kosmos plan --kind tp ...`). `ctas` sizes the task runs.
+Status tp_plans(const TpConfig& cfg, int ctas, std::vector<plan::Plan>* plans);
 
 // One TP layer on virtual ranks (all ranks in this process, one GPU or the CPU executor). It owns
 // every rank's buffers; fill inputs through buffer(), run, read outputs.

@@ -438,6 +438,15 @@ struct TpLayer::Impl {
 
 TpLayer::~TpLayer() = default;
 
+Status tp_plans(const TpConfig& cfg, int ctas, std::vector<plan::Plan>* plans) {
+  KOSMOS_CHECK(plans != nullptr, "tp_plans: plans is null");
+  KOSMOS_RETURN_IF_ERROR(validate(cfg));
+  TpPlanner P(cfg, ctas);
+  KOSMOS_RETURN_IF_ERROR(plan_op(cfg, P));
+  std::vector<std::vector<ops::GemmProblemSpec>> specs;
+  return P.build_plans(plans, &specs);
+}
+
 Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) { return plan_impl(cfg, nullptr, out); }
 
 Status TpLayer::plan_distributed(const TpConfig& cfg, const TpDistributed& dist, std::unique_ptr<TpLayer>* out) {

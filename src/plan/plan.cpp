@@ -91,8 +91,6 @@ std::vector<uint32_t> greedy_order(const std::vector<Task>& tasks, const std::ve
                                    const std::vector<uint64_t>* external_totals, Queue& ready,
                                    std::vector<uint32_t>* stuck_missing) {
   const size_t n = tasks.size();
-  const size_t slots = size_t(num_counters) * (tasks.empty() ? 1 : 1);
-  (void)slots;
   // waiters[rank*C + c] = list of (task, wait index)
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> waiters;
   uint32_t world = 0;

@@ -22,6 +22,10 @@ void dump_args(std::ostream& os, const Task& t) {
          << a.out_buffer << "@r" << a.out_rank << "+" << a.out_offset;
       break;
     }
+    case TaskKind::kGemmTile:  // GemmTileArgs {problem, tile_m, tile_n, count} (kernels/gemm/gemm_params.h)
+      os << " problem " << t.arg[0] << " m-block " << t.arg[1] << (t.arg[3] > 1 ? "+" + std::to_string(t.arg[3] - 1) : "")
+         << " n-block " << t.arg[2];
+      break;
     default: {
       os << " args=";
       for (int i = 0; i < kTaskArgWords; ++i) os << (i ? "," : "") << t.arg[i];

@@ -39,7 +39,6 @@ Status make_random_dag(const RandomDagOptions& o, uint64_t seed, Plan* out) {
     uint32_t t = o.max_spin_ns ? b.add_task(TaskKind::kSpin, rank[i], SpinArgs{spin[i]}) : b.add_task(TaskKind::kNop, rank[i]);
     // Counter i lives on rank[i]'s consumers: a cross-rank edge signals the waiter's rank.
     for (uint32_t j : deps[i]) b.wait(t, j, 1);
-    (void)t;
   }
   // Signals after all tasks exist: task for original index i is at builder position pos[i].
   std::vector<uint32_t> pos(n);
