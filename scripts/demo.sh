@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: builds kosmos (installing what it needs) and runs `kosmos demo` — on the GPU when
+# The main job: builds kosmos (installing what it needs) and runs `kosmos demo` (one fused
+# AllGather+GEMM layer, verified against fp64 and the unfused composition) — on the GPU when
 # a Hopper GPU is visible, else on the CPU executor at a small size. Extra args go to the demo.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
