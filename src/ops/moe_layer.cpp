@@ -197,41 +197,31 @@ Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) {
   kernels::gemm::GemmParams p1{}, p2{};
   for (uint32_t d = 0; d < W; ++d) {
     const int32_t* layout = static_cast<const int32_t*>(mem(MoeBuffer::kLayout, d));
-    ops::GemmProblemSpec g1;
-    auto& a = g1.desc;
-    a.m = rows_max;
-    a.n = 2 * int64_t(I);
-    a.k = H;
-    a.lda = H;
-    a.ldb = 2 * int64_t(I);
-    a.ldc = I;
-    a.num_groups = int(L);
-    a.group_m = layout;
-    a.group_offset = layout + L;
-    a.epilogue = kernels::gemm::kGemmEpiSwiGLU;
-    a.num_sms = ctas;
-    g1.rank = d;
-    g1.a_buffer = uint32_t(MoeBuffer::kRecvX);
-    g1.b_buffer = uint32_t(MoeBuffer::kGateUp);
-    g1.c_buffer = uint32_t(MoeBuffer::kAct);
+    // Both expert GEMMs are grouped over this rank's L experts with the same device-side layout.
+    auto grouped = [&](int64_t n, int64_t k, uint32_t epilogue, MoeBuffer a_buf, MoeBuffer b_buf, MoeBuffer c_buf) {
+      ops::GemmProblemSpec g;
+      auto& dsc = g.desc;
+      dsc.m = rows_max;
+      dsc.n = n;
+      dsc.k = k;
+      dsc.lda = k;
+      dsc.ldb = n;
+      dsc.ldc = (epilogue & kernels::gemm::kGemmEpiSwiGLU) ? n / 2 : n;
+      dsc.num_groups = int(L);
+      dsc.group_m = layout;
+      dsc.group_offset = layout + L;
+      dsc.epilogue = epilogue;
+      dsc.num_sms = ctas;
+      g.rank = d;
+      g.a_buffer = uint32_t(a_buf);
+      g.b_buffer = uint32_t(b_buf);
+      g.c_buffer = uint32_t(c_buf);
+      return g;
+    };
+    ops::GemmProblemSpec g1 = grouped(2 * int64_t(I), H, kernels::gemm::kGemmEpiSwiGLU, MoeBuffer::kRecvX, MoeBuffer::kGateUp,
+                                      MoeBuffer::kAct);
     g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0, 0};  // counter = c_arrive + group
-    ops::GemmProblemSpec g2;
-    auto& b = g2.desc;
-    b.m = rows_max;
-    b.n = H;
-    b.k = I;
-    b.lda = I;
-    b.ldb = H;
-    b.ldc = H;
-    b.num_groups = int(L);
-    b.group_m = layout;
-    b.group_offset = layout + L;
-    b.epilogue = kernels::gemm::kGemmEpiRowScale;
-    b.num_sms = ctas;
-    g2.rank = d;
-    g2.a_buffer = uint32_t(MoeBuffer::kAct);
-    g2.b_buffer = uint32_t(MoeBuffer::kDown);
-    g2.c_buffer = uint32_t(MoeBuffer::kOut);
+    ops::GemmProblemSpec g2 = grouped(H, I, kernels::gemm::kGemmEpiRowScale, MoeBuffer::kAct, MoeBuffer::kDown, MoeBuffer::kOut);
     g2.row_scale_buffer = uint32_t(MoeBuffer::kRecvW);
     for (auto* spec : {&g1, &g2}) {  // validate shapes now (no TMA encode)
       kernels::gemm::GemmDesc probe = spec->desc;
