@@ -55,6 +55,10 @@ class CpuExecutor {
   void* buffer(uint32_t buffer, uint32_t rank) const;
   void set_host_body(plan::TaskKind kind, HostTaskFn fn);
 
+  // Multi-process protocol on one machine (tests of the distributed path): counters of rank r live
+  // at counter_arrays[r] (shared with the other "processes"' executors); only ranks marked local
+  // are zeroed here (now and on recovery).
+  Status use_shared_counters(const std::vector<std::atomic<uint64_t>*>& counter_arrays, const std::vector<bool>& local_ranks);
   Status run();          // blocks until the run finished or failed
   void abort();          // from any thread: the current run ends with kAborted
   uint64_t epoch() const { return epoch_; }
@@ -72,7 +76,10 @@ class CpuExecutor {
 
   plan::Plan plan_;
   CpuOptions options_;
-  std::unique_ptr<std::atomic<uint64_t>[]> counters_;
+  std::atomic<uint64_t>& counter_ref(uint32_t rank, uint32_t c) const { return counter_arrays_[rank][c]; }
+  std::unique_ptr<std::atomic<uint64_t>[]> counters_;  // [world][num_counters], unless shared
+  std::vector<std::atomic<uint64_t>*> counter_arrays_;  // [world] -> that rank's counters
+  std::vector<bool> local_ranks_;
   std::vector<std::vector<uint8_t>> owned_;  // [buffer*world + rank]
   std::vector<void*> buffers_;               // [buffer*world + rank]
   std::vector<HostTaskFn> bodies_;

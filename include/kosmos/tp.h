@@ -84,6 +84,7 @@ class TpLayer {
  public:
   static Status plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out);
   // One rank of a multi-GPU (or one-rank NCCL) layer: this process runs only its rank's tasks;
+  // (with cfg.cpu, one thread per rank on the CPU executor: the same protocol, for tests);
   // buffers and counters live in symmetric memory, signals and fences use .sys scope, and each
   // run() is preceded by the transport's barrier, so no rank's run e+1 signals reach a peer still
   // in run e. buffer(b, r) is valid for r == rank only.

@@ -52,6 +52,7 @@ class OpRunner {
   const plan::Plan& plan() const { return plan_; }
   ExecutorKind executor() const { return options_.executor; }
   runtime::GpuExecutor* gpu() const { return gpu_.get(); }
+  runtime::CpuExecutor* cpu() const { return cpu_.get(); }
 
  private:
   Status prepare(cudaStream_t stream);  // resolve pointers, make GEMM params, upload them into the kernel's body blob

@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <sstream>
 
@@ -450,7 +451,6 @@ Status tp_plans(const TpConfig& cfg, int ctas, std::vector<plan::Plan>* plans) {
 Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) { return plan_impl(cfg, nullptr, out); }
 
 Status TpLayer::plan_distributed(const TpConfig& cfg, const TpDistributed& dist, std::unique_ptr<TpLayer>* out) {
-  KOSMOS_CHECK(!cfg.cpu, "TpLayer::plan_distributed runs on GPUs (cfg.cpu must be false)");
   KOSMOS_CHECK(dist.rank >= 0 && dist.rank < cfg.world, "TpLayer::plan_distributed: rank ", dist.rank, " out of range for world ",
                cfg.world);
   KOSMOS_CHECK(dist.alloc_symmetric && dist.barrier, "TpLayer::plan_distributed: the transport must supply alloc_symmetric and barrier");
@@ -530,12 +530,16 @@ Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::u
       std::vector<void*> peers;
       KOSMOS_RETURN_IF_ERROR(dist->alloc_symmetric(sizeof(uint64_t) * std::max<uint32_t>(plans[i].num_counters, 1), &peers));
       std::vector<uint64_t*> arrays;
+      std::vector<std::atomic<uint64_t>*> host_arrays;  // CPU executor: the same memory as atomics
       std::vector<bool> local;
       for (uint32_t rank = 0; rank < W; ++rank) {
         arrays.push_back(static_cast<uint64_t*>(peers.at(rank)));
+        host_arrays.push_back(reinterpret_cast<std::atomic<uint64_t>*>(peers.at(rank)));
         local.push_back(int(rank) == dist->rank);
       }
-      KOSMOS_RETURN_IF_ERROR(r->gpu()->use_transport(arrays, local));
+      static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free);
+      if (cfg.cpu) KOSMOS_RETURN_IF_ERROR(r->cpu()->use_shared_counters(host_arrays, local));
+      else KOSMOS_RETURN_IF_ERROR(r->gpu()->use_transport(arrays, local));
     }
     impl->runners.push_back(std::move(r));
     impl->plans.push_back(plans[i]);

@@ -61,6 +61,8 @@ Status CpuExecutor::create(const plan::Plan& plan, const CpuOptions& options, st
   const size_t slots = size_t(plan.world) * plan.num_counters;
   ex->counters_.reset(new std::atomic<uint64_t>[slots == 0 ? 1 : slots]);
   for (size_t i = 0; i < slots; ++i) ex->counters_[i].store(0);
+  for (uint32_t r = 0; r < plan.world; ++r) ex->counter_arrays_.push_back(ex->counters_.get() + size_t(r) * plan.num_counters);
+  ex->local_ranks_.assign(plan.world, true);
   ex->owned_.resize(plan.buffers.size() * plan.world);
   ex->buffers_.assign(plan.buffers.size() * plan.world, nullptr);
   for (size_t b = 0; b < plan.buffers.size(); ++b)
@@ -96,7 +98,7 @@ void CpuExecutor::set_host_body(plan::TaskKind kind, HostTaskFn fn) { bodies_.at
 void CpuExecutor::abort() { host_abort_.store(true); }
 
 uint64_t CpuExecutor::counter(uint32_t rank, uint32_t c) const {
-  return counters_[size_t(rank) * plan_.num_counters + c].load();
+  return counter_ref(rank, c).load();
 }
 
 void CpuExecutor::fail(const ErrorRecord& rec) {
@@ -109,7 +111,7 @@ bool CpuExecutor::wait_counter(const plan::Task& t, uint32_t worker, uint32_t co
   const size_t slot = size_t(t.rank) * plan_.num_counters + counter;
   const uint64_t total = plan_.counter_totals[slot];
   const uint64_t expected = epoch_ * total + (target == plan::kWaitAll ? total : target);
-  std::atomic<uint64_t>& c = counters_[slot];
+  std::atomic<uint64_t>& c = counter_ref(t.rank, counter);
   uint64_t v = c.load(std::memory_order_acquire);
   if (v >= expected) return true;
   const uint64_t t0 = now_ns();
@@ -208,9 +210,23 @@ void CpuExecutor::worker_loop(uint32_t worker, const std::vector<uint32_t>& orde
     maybe_delay();
     for (uint32_t s = 0; s < t.num_signals; ++s) {
       const plan::Signal& sg = plan_.signals[t.first_signal + s];
-      counters_[size_t(sg.rank) * plan_.num_counters + sg.counter].fetch_add(sg.amount, std::memory_order_release);
+      counter_ref(sg.rank, sg.counter).fetch_add(sg.amount, std::memory_order_release);
     }
   }
+}
+
+Status CpuExecutor::use_shared_counters(const std::vector<std::atomic<uint64_t>*>& counter_arrays,
+                                       const std::vector<bool>& local_ranks) {
+  KOSMOS_CHECK(counter_arrays.size() == plan_.world && local_ranks.size() == plan_.world,
+               "use_shared_counters: need one counter array per rank (", plan_.world, ")");
+  for (uint32_t r = 0; r < plan_.world; ++r) {
+    KOSMOS_CHECK(counter_arrays[r] != nullptr, "use_shared_counters: counter array of rank ", r, " is null");
+    if (local_ranks[r])
+      for (uint32_t c = 0; c < plan_.num_counters; ++c) counter_arrays[r][c].store(0);
+  }
+  counter_arrays_ = counter_arrays;
+  local_ranks_ = local_ranks;
+  return Status::ok();
 }
 
 Status CpuExecutor::run() {
@@ -238,8 +254,9 @@ Status CpuExecutor::run() {
   ++run_count_;
   if (failed_.load()) {
     // Recover: the run's signals are partial, so counters restart from zero with the epoch.
-    const size_t slots = size_t(plan_.world) * plan_.num_counters;
-    for (size_t i = 0; i < slots; ++i) counters_[i].store(0);
+    for (uint32_t r = 0; r < plan_.world; ++r)
+      if (local_ranks_[r])
+        for (uint32_t c = 0; c < plan_.num_counters; ++c) counter_ref(r, c).store(0);
     epoch_ = 0;
     const StatusCode code = error_.kind == uint32_t(ErrorKind::kHostAbort) ? StatusCode::kAborted : StatusCode::kTimeout;
     return Status(code, describe(error_, plan_));

@@ -1,0 +1,99 @@
+// The one-rank-per-process protocol of the distributed TP path, on the CPU: W threads, each with
+// its own layer planned by TpLayer::plan_distributed (restrict_to_rank: only its rank's tasks,
+// peers' signals as external arrivals), buffers and counters in a shared "symmetric heap", and a
+// barrier before every run. Exactly what the NCCL path does, minus NCCL and the GPU.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <mutex>
+#include <thread>
+
+#include "../tp_check.h"
+
+using namespace kosmos;
+using namespace kosmos::test;
+
+namespace {
+// Collective symmetric allocation: the i-th call on every rank returns the same W blocks.
+class SymmetricHeap {
+ public:
+  explicit SymmetricHeap(int world) : world_(world), sync_(world) {}
+  Status alloc(int rank, size_t bytes, std::vector<void*>* peers) {
+    size_t index;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      index = next_[rank]++;
+      if (blocks_.size() <= index) blocks_.resize(index + 1, std::vector<std::vector<uint8_t>>(world_));
+      blocks_[index][rank].assign(bytes + 64, 0);
+    }
+    sync_.arrive_and_wait();  // everyone allocated this index
+    std::lock_guard<std::mutex> g(mu_);
+    peers->clear();
+    for (int r = 0; r < world_; ++r) {
+      KOSMOS_CHECK(blocks_[index][r].size() == bytes + 64, "symmetric alloc: rank ", r, " asked for a different size");
+      peers->push_back(blocks_[index][r].data());
+    }
+    return Status::ok();
+  }
+  void barrier() { sync_.arrive_and_wait(); }
+
+ private:
+  int world_;
+  std::barrier<> sync_;
+  std::mutex mu_;
+  std::map<int, size_t> next_;
+  std::vector<std::vector<std::vector<uint8_t>>> blocks_;
+};
+
+void run_distributed(TpOp op, int W) {
+  TpConfig c = tp_config(op, W, 96 * W, 40 * W, 24 * W, true);
+  SymmetricHeap heap(W);
+  std::vector<std::string> errors(W);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < W; ++rank)
+    ranks.emplace_back([&, rank] {
+      TpDistributed d;
+      d.rank = rank;
+      d.alloc_symmetric = [&](size_t bytes, std::vector<void*>* peers) { return heap.alloc(rank, bytes, peers); };
+      d.barrier = [&](cudaStream_t) {
+        heap.barrier();
+        return Status::ok();
+      };
+      std::unique_ptr<TpLayer> L;
+      Status s = TpLayer::plan_distributed(c, d, &L);
+      if (!s) {
+        errors[rank] = s.to_string();
+        return;
+      }
+      TpHost h{c};
+      fill_inputs(*L, h, 555, rank);  // every rank makes all ranks' data on the host, writes its own
+      heap.barrier();                 // inputs written everywhere before anyone runs
+      for (int run = 0; run < 3 && s.is_ok(); ++run) s = L->run(nullptr);
+      if (!s) {
+        errors[rank] = s.to_string();
+        return;
+      }
+      heap.barrier();  // peers may still read this rank's memory until all finished
+      read_outputs(*L, h, rank);
+      errors[rank] = check_tp(h, 1e-2, rank);
+      heap.barrier();
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << to_string(op) << " W=" << W << " rank " << r;
+}
+}  // namespace
+
+class TpDistributedCpu : public ::testing::TestWithParam<std::tuple<TpOp, int>> {};
+
+TEST_P(TpDistributedCpu, OneRankPerProcessProtocol) {
+  auto [op, W] = GetParam();
+  run_distributed(op, W);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, TpDistributedCpu,
+                         ::testing::Combine(::testing::Values(TpOp::kAgGemm, TpOp::kGemmRs, TpOp::kGemmAr,
+                                                              TpOp::kColParallelBwd, TpOp::kRowParallelBwd),
+                                            ::testing::Values(2, 3, 4)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_W" + std::to_string(std::get<1>(info.param));
+                         });
