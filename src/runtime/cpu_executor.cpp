@@ -34,6 +34,10 @@ std::string describe(const ErrorRecord& e, const plan::Plan& plan) {
     const uint64_t total = plan.total(e.rank, e.counter);
     os << "; per-run target " << (e.expected - e.epoch * total) << " of " << total << ", "
        << (e.observed - std::min(e.observed, e.epoch * total)) << " arrived this run";
+    const size_t slot = size_t(e.rank) * plan.num_counters + e.counter;
+    if (!plan.external_totals.empty() && plan.external_totals[slot] > 0)
+      os << "; " << plan.external_totals[slot] << " of the " << total
+         << " are signalled from outside this plan (another rank's process or the host)";
     // Name the tasks that signal this counter and have not (all) arrived.
     int named = 0;
     for (const plan::Task& t : plan.tasks)

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -97,3 +98,35 @@ INSTANTIATE_TEST_SUITE_P(AllOps, TpDistributedCpu,
                          [](const auto& info) {
                            return std::string(to_string(std::get<0>(info.param))) + "_W" + std::to_string(std::get<1>(info.param));
                          });
+
+TEST(TpDistributedCpuFailure, APeerThatNeverRunsIsAWatchdogErrorNotAHang) {
+  const int W = 2;
+  TpConfig c = tp_config(TpOp::kAgGemm, W, 96 * W, 40 * W, 24 * W, true);
+  c.watchdog_seconds = 0.3;
+  SymmetricHeap heap(W);
+  Status result;
+  std::thread peer([&] {  // rank 1 plans and joins the barriers, but never runs its tasks
+    TpDistributed d;
+    d.rank = 1;
+    d.alloc_symmetric = [&](size_t bytes, std::vector<void*>* peers) { return heap.alloc(1, bytes, peers); };
+    d.barrier = [&](cudaStream_t) { heap.barrier(); return Status::ok(); };
+    std::unique_ptr<TpLayer> L;
+    ASSERT_TRUE(TpLayer::plan_distributed(c, d, &L).is_ok());
+    heap.barrier();  // rank 0's run() barrier
+  });
+  TpDistributed d;
+  d.rank = 0;
+  d.alloc_symmetric = [&](size_t bytes, std::vector<void*>* peers) { return heap.alloc(0, bytes, peers); };
+  d.barrier = [&](cudaStream_t) { heap.barrier(); return Status::ok(); };
+  std::unique_ptr<TpLayer> L;
+  ASSERT_TRUE(TpLayer::plan_distributed(c, d, &L).is_ok());
+  auto t0 = std::chrono::steady_clock::now();
+  result = L->run(nullptr);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  peer.join();
+  EXPECT_EQ(result.code(), StatusCode::kTimeout) << result.to_string();
+  EXPECT_LT(secs, 5.0);
+  EXPECT_NE(result.message().find("rank 0"), std::string::npos) << result.message();
+  EXPECT_NE(result.message().find("signalled from outside this plan"), std::string::npos) << result.message();
+  std::printf("[peer missing] %.2f s: %s\n", secs, result.message().c_str());
+}
