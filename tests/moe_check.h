@@ -62,18 +62,20 @@ inline void from_layer(const MoeConfig& c, void* dst, const void* src, size_t by
 }
 
 // Poisons (NaN bf16 / fp32, -1 ints) the output and every workspace buffer.
-inline void poison(MoeLayer& L) {
+inline void poison(MoeLayer& L, int only_rank = -1) {
   const MoeConfig& c = L.config();
   for (MoeBuffer b : {MoeBuffer::kY, MoeBuffer::kCounts, MoeBuffer::kRoute, MoeBuffer::kLayout, MoeBuffer::kRecvX,
                       MoeBuffer::kRecvW, MoeBuffer::kAct, MoeBuffer::kOut}) {
     const size_t bytes = L.buffer_bytes(b);
     std::vector<uint8_t> v(bytes, 0xFF);  // bf16 0xFFFF and fp32 0xFFFFFFFF are NaN, int32 is -1
-    for (int r = 0; r < c.world; ++r) to_layer(c, L.buffer(b, r), v.data(), bytes);
+    for (int r = 0; r < c.world; ++r)
+      if (only_rank < 0 || r == only_rank) to_layer(c, L.buffer(b, r), v.data(), bytes);
   }
 }
 
 // Random inputs (weights of the experts of each rank), routing, into the layer; outputs poisoned.
-inline void fill_moe(MoeLayer& L, MoeHost& h, uint64_t seed, Routing routing) {
+// only_rank >= 0: a distributed layer; all ranks' data is made on the host, only that rank's written.
+inline void fill_moe(MoeLayer& L, MoeHost& h, uint64_t seed, Routing routing, int only_rank = -1) {
   const MoeConfig& c = h.cfg;
   const int W = c.world, Lx = c.num_experts / c.world;
   const int64_t T = c.tokens, H = c.hidden, I = c.intermediate;
@@ -89,13 +91,14 @@ inline void fill_moe(MoeLayer& L, MoeHost& h, uint64_t seed, Routing routing) {
     std::vector<uint16_t> inter(h.gate_up_plain[r].size());
     for (int l = 0; l < Lx; ++l)
       moe_interleave_gate_up(h.gate_up_plain[r].data() + size_t(l) * H * 2 * I, inter.data() + size_t(l) * H * 2 * I, H, I);
+    if (only_rank >= 0 && r != only_rank) continue;
     to_layer(c, L.buffer(MoeBuffer::kX, r), h.x[r].data(), h.x[r].size() * 2);
     to_layer(c, L.buffer(MoeBuffer::kIds, r), h.ids[r].data(), h.ids[r].size() * 4);
     to_layer(c, L.buffer(MoeBuffer::kWeights, r), h.w[r].data(), h.w[r].size() * 4);
     to_layer(c, L.buffer(MoeBuffer::kGateUp, r), inter.data(), inter.size() * 2);
     to_layer(c, L.buffer(MoeBuffer::kDown, r), h.down[r].data(), h.down[r].size() * 2);
   }
-  poison(L);
+  poison(L, only_rank);
 }
 
 inline std::vector<uint16_t> read_y(MoeLayer& L, int r) {
@@ -136,8 +139,9 @@ inline std::vector<double> reference_moe(const MoeHost& h, int r) {
 }
 
 // "" or the first rank whose output misses the reference (NaN never passes).
-inline std::string check_moe(MoeLayer& L, MoeHost& h, double tol = 1e-2) {
+inline std::string check_moe(MoeLayer& L, MoeHost& h, double tol = 1e-2, int only_rank = -1) {
   for (int r = 0; r < h.cfg.world; ++r) {
+    if (only_rank >= 0 && r != only_rank) continue;
     h.y[r] = read_y(L, r);
     const auto ref = reference_moe(h, r);
     double num = 0, den = 0;

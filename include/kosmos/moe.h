@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kosmos/distributed.h"
 #include "kosmos/runtime_types.h"
 #include "kosmos/status.h"
 
@@ -78,6 +79,10 @@ void moe_interleave_gate_up(const uint16_t* plain, uint16_t* interleaved, int64_
 class MoeLayer {
  public:
   static Status plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out);
+  // One rank per process (NCCL via transport::make_distributed, or the CPU stand-in of the tests):
+  // only this rank's tasks run here; buffers and counters are symmetric; a barrier precedes every
+  // launch. buffer(b, r) for r != rank is a peer's memory.
+  static Status plan_distributed(const MoeConfig& cfg, const DistributedContext& dist, std::unique_ptr<MoeLayer>* out);
   ~MoeLayer();
   void* buffer(MoeBuffer b, int rank) const;  // device memory (GPU) or host memory (CPU)
   size_t buffer_bytes(MoeBuffer b) const;
@@ -90,6 +95,7 @@ class MoeLayer {
   const MoeConfig& config() const;
 
  private:
+  static Status plan_impl(const MoeConfig& cfg, const DistributedContext* dist, std::unique_ptr<MoeLayer>* out);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kosmos/distributed.h"
 #include "kosmos/plan.h"
 #include "kosmos/runtime_types.h"
 #include "kosmos/status.h"
@@ -65,14 +66,7 @@ struct TpBufferShape {
 };
 TpBufferShape tp_buffer_shape(const TpConfig& cfg, TpBuffer b);
 
-// What a multi-GPU transport supplies for one process = one rank (see transport.h for NCCL):
-// symmetric allocation (every rank calls it with the same size, collectively; peers[r] is rank r's
-// memory mapped for this GPU) and a host-stream barrier across ranks.
-struct TpDistributed {
-  int rank = 0;
-  std::function<Status(size_t bytes, std::vector<void*>* peers)> alloc_symmetric;
-  std::function<Status(cudaStream_t)> barrier;
-};
+using TpDistributed = DistributedContext;  // see kosmos/distributed.h
 
 // The plan(s) an op runs (one fused plan, or the two phases of the unfused composition), without
 // allocating anything: for inspection (`kosmos plan --kind tp ...`). `ctas` sizes the task runs.

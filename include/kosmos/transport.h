@@ -142,7 +142,8 @@ class NcclTransport {
 #include "kosmos/tp.h"
 
 namespace kosmos::transport {
-// Adapter: lets TpLayer::plan_distributed allocate symmetric buffers and barrier through `t`
-// (which must outlive the layer; the buffers are freed when `t` is destroyed).
-TpDistributed make_tp_distributed(NcclTransport& t);
+// Adapter: lets TpLayer / MoeLayer ::plan_distributed allocate symmetric buffers and barrier
+// through `t` (which must outlive the layer; the buffers are freed when `t` is destroyed).
+DistributedContext make_distributed(NcclTransport& t);
+inline TpDistributed make_tp_distributed(NcclTransport& t) { return make_distributed(t); }
 }  // namespace kosmos::transport

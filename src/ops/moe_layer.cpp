@@ -133,6 +133,8 @@ Status validate(const MoeConfig& c) {
 
 struct MoeLayer::Impl {
   MoeConfig cfg;
+  bool distributed = false;
+  DistributedContext dist;
   std::vector<void*> mem;  // [buffer * world + rank]
   std::vector<std::vector<uint8_t>> host_mem;
   std::unique_ptr<ops::OpRunner> fused;
@@ -142,7 +144,7 @@ struct MoeLayer::Impl {
   ~Impl() {
     fused.reset();
     unfused.clear();
-    if (!cfg.cpu)
+    if (!cfg.cpu && !distributed)  // symmetric memory belongs to the transport
       for (void* p : mem)
         if (p) cudaFree(p);
   }
@@ -150,7 +152,16 @@ struct MoeLayer::Impl {
 
 MoeLayer::~MoeLayer() = default;
 
-Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) {
+Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) { return plan_impl(cfg, nullptr, out); }
+
+Status MoeLayer::plan_distributed(const MoeConfig& cfg, const DistributedContext& dist, std::unique_ptr<MoeLayer>* out) {
+  KOSMOS_CHECK(dist.rank >= 0 && dist.rank < cfg.world, "MoeLayer::plan_distributed: rank ", dist.rank,
+               " out of range for world ", cfg.world);
+  KOSMOS_CHECK(dist.alloc_symmetric && dist.barrier, "MoeLayer::plan_distributed: the transport must supply alloc_symmetric and barrier");
+  return plan_impl(cfg, &dist, out);
+}
+
+Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist, std::unique_ptr<MoeLayer>* out) {
   KOSMOS_CHECK(out != nullptr, "MoeLayer::plan: out is null");
   KOSMOS_RETURN_IF_ERROR(validate(cfg));
   int ctas = 132;
@@ -166,11 +177,22 @@ Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) {
 
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
+  if (dist) {
+    impl->distributed = true;
+    impl->dist = *dist;
+  }
   const uint32_t nb = uint32_t(MoeBuffer::kCount);
   impl->mem.assign(size_t(nb) * W, nullptr);
   impl->host_mem.resize(size_t(nb) * W);
   for (uint32_t b = 0; b < nb; ++b) {
     const size_t bytes = moe_buffer_info(cfg, MoeBuffer(b)).bytes();
+    if (dist) {  // symmetric: the same bytes on every rank; peers[r] maps rank r's memory
+      std::vector<void*> peers;
+      KOSMOS_RETURN_IF_ERROR(dist->alloc_symmetric(std::max<size_t>(bytes, 16), &peers));
+      KOSMOS_CHECK(peers.size() == W, "transport returned ", peers.size(), " peer pointers for world ", W);
+      for (uint32_t r = 0; r < W; ++r) impl->mem[b * W + r] = peers[r];
+      continue;
+    }
     for (uint32_t r = 0; r < W; ++r) {
       if (cfg.cpu) {
         impl->host_mem[b * W + r].assign(bytes + 16, 0);
@@ -350,13 +372,16 @@ Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) {
   ro.trace = cfg.trace;
   ro.max_ctas = cfg.max_ctas;
   ro.cpu_workers = 4;
-  auto make_runner = [&](const plan::Plan& p, bool keep_rules, std::unique_ptr<ops::OpRunner>* r) -> Status {
+  auto make_runner = [&](const plan::Plan& full, bool keep_rules, std::unique_ptr<ops::OpRunner>* r) -> Status {
     std::vector<ops::GemmProblemSpec> sp = problems;
     if (!keep_rules)
       for (auto& s : sp) s.rule = ops::GemmWaitRule{};
+    // One rank per process: only this rank's tasks; peers' signals become external arrivals.
+    const plan::Plan p = dist ? plan::restrict_to_rank(full, uint32_t(dist->rank)) : full;
     KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(p, sp, ro, r));
     for (uint32_t b = 0; b < nb; ++b)
       for (uint32_t rank = 0; rank < W; ++rank) KOSMOS_RETURN_IF_ERROR((*r)->bind(b, rank, impl->mem[b * W + rank]));
+    if (dist) KOSMOS_RETURN_IF_ERROR(ops::use_symmetric_counters(**r, *dist, cfg.cpu));
     return Status::ok();
   };
   plan::Plan pf;
@@ -394,8 +419,13 @@ const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
 Status MoeLayer::run(cudaStream_t stream) { return run_composition(impl_->cfg.fused, stream); }
 
 Status MoeLayer::run_composition(bool fused, cudaStream_t stream) {
-  if (fused) return impl_->fused->run(stream);
-  for (auto& r : impl_->unfused) KOSMOS_RETURN_IF_ERROR(r->run(stream));
+  // Distributed: every launch starts after all ranks finished the previous one (epoch barrier).
+  auto launch = [&](ops::OpRunner& r) -> Status {
+    if (impl_->distributed) KOSMOS_RETURN_IF_ERROR(impl_->dist.barrier(stream));
+    return r.run(stream);
+  };
+  if (fused) return launch(*impl_->fused);
+  for (auto& r : impl_->unfused) KOSMOS_RETURN_IF_ERROR(launch(*r));
   return Status::ok();
 }
 

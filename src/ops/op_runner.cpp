@@ -1,6 +1,7 @@
 #include "ops/op_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "kernels/moe_tasks.h"
@@ -23,6 +24,23 @@ uint32_t choose_run_length(int64_t m_tiles, int64_t n_tiles, int ctas) {
     }
   }
   return best;
+}
+
+Status use_symmetric_counters(OpRunner& runner, const DistributedContext& dist, bool cpu) {
+  const plan::Plan& p = runner.plan();
+  std::vector<void*> peers;
+  KOSMOS_RETURN_IF_ERROR(dist.alloc_symmetric(sizeof(uint64_t) * std::max<uint32_t>(p.num_counters, 1), &peers));
+  KOSMOS_CHECK(peers.size() == p.world, "transport returned ", peers.size(), " counter arrays for world ", p.world);
+  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free);
+  std::vector<uint64_t*> arrays;
+  std::vector<std::atomic<uint64_t>*> host_arrays;  // CPU executor: the same memory as atomics
+  std::vector<bool> local;
+  for (uint32_t r = 0; r < p.world; ++r) {
+    arrays.push_back(static_cast<uint64_t*>(peers[r]));
+    host_arrays.push_back(reinterpret_cast<std::atomic<uint64_t>*>(peers[r]));
+    local.push_back(int(r) == dist.rank);
+  }
+  return cpu ? runner.cpu()->use_shared_counters(host_arrays, local) : runner.gpu()->use_transport(arrays, local);
 }
 
 Status OpRunner::create(const plan::Plan& plan, std::vector<GemmProblemSpec> problems, const RunnerOptions& options,

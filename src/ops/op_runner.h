@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/gemm/gemm_host.h"
+#include "kosmos/distributed.h"
 #include "kosmos/runtime.h"
 #include "ops/gemm_body.h"
 
@@ -77,5 +78,9 @@ struct GemmTaskOptions {
   std::vector<uint32_t> m_order;
 };
 uint32_t choose_run_length(int64_t m_tiles, int64_t n_tiles, int ctas);
+
+// One rank per process: allocates the runner's counters in symmetric memory through `dist` and
+// points its executor at them (.sys scope on the GPU; shared atomics on the CPU executor).
+Status use_symmetric_counters(OpRunner& runner, const DistributedContext& dist, bool cpu);
 
 }  // namespace kosmos::ops

@@ -526,21 +526,7 @@ Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::u
         // Absent buffers get a harmless stand-in: no task touches them.
         KOSMOS_RETURN_IF_ERROR(r->bind(b, rank, p ? p : impl->mem[uint32_t(TpBuffer::kX) * W + rank]));
       }
-    if (dist) {  // counters in symmetric memory, .sys scope
-      std::vector<void*> peers;
-      KOSMOS_RETURN_IF_ERROR(dist->alloc_symmetric(sizeof(uint64_t) * std::max<uint32_t>(plans[i].num_counters, 1), &peers));
-      std::vector<uint64_t*> arrays;
-      std::vector<std::atomic<uint64_t>*> host_arrays;  // CPU executor: the same memory as atomics
-      std::vector<bool> local;
-      for (uint32_t rank = 0; rank < W; ++rank) {
-        arrays.push_back(static_cast<uint64_t*>(peers.at(rank)));
-        host_arrays.push_back(reinterpret_cast<std::atomic<uint64_t>*>(peers.at(rank)));
-        local.push_back(int(rank) == dist->rank);
-      }
-      static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free);
-      if (cfg.cpu) KOSMOS_RETURN_IF_ERROR(r->cpu()->use_shared_counters(host_arrays, local));
-      else KOSMOS_RETURN_IF_ERROR(r->gpu()->use_transport(arrays, local));
-    }
+    if (dist) KOSMOS_RETURN_IF_ERROR(ops::use_symmetric_counters(*r, *dist, cfg.cpu));  // .sys scope on GPUs
     impl->runners.push_back(std::move(r));
     impl->plans.push_back(plans[i]);
   }

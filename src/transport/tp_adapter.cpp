@@ -3,8 +3,8 @@
 
 namespace kosmos::transport {
 
-TpDistributed make_tp_distributed(NcclTransport& t) {
-  TpDistributed d;
+DistributedContext make_distributed(NcclTransport& t) {
+  DistributedContext d;
   d.rank = t.rank();
   d.alloc_symmetric = [&t](size_t bytes, std::vector<void*>* peers) -> Status {
     SymmetricBuffer b;

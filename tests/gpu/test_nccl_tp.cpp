@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "../moe_check.h"
 #include "../tp_check.h"
 #include "kosmos/runtime.h"
 #include "kosmos/transport.h"
@@ -39,4 +40,31 @@ TEST(NcclTp, OneRankCommunicatorEveryOp) {
     read_outputs(*L, h, 0);
     EXPECT_EQ(check_tp(h, 1e-2, 0), "") << to_string(op);
   }
+}
+
+TEST(NcclMoe, OneRankCommunicatorForward) {
+  auto info = runtime::query_device(0);
+  if (!info.available || info.cc_major != 9) GTEST_SKIP() << "no Hopper (sm_90) GPU visible";
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  std::unique_ptr<transport::NcclTransport> t;
+  Status s = transport::NcclTransport::create_from_env(&t);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeConfig c;
+  c.world = 1;
+  c.tokens = 100;
+  c.hidden = 256;
+  c.intermediate = 128;
+  c.num_experts = 16;
+  c.top_k = 4;
+  std::unique_ptr<MoeLayer> L;
+  s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeHost h{c};
+  fill_moe(*L, h, 99, Routing::kSkewed, 0);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_composition(true).is_ok());
+  s = L->finish();
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(check_moe(*L, h, 1e-2, 0), "");
 }

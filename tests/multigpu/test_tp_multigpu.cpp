@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "../moe_check.h"
 #include "../tp_check.h"
 #include "kosmos/transport.h"
 
@@ -44,4 +45,35 @@ TEST(TpMultiGpu, EveryOpAcrossRanks) {
     EXPECT_EQ(check_tp(h, 1e-2, rank), "") << to_string(op) << " rank " << rank;
     ASSERT_TRUE(t->barrier(nullptr).is_ok());
   }
+}
+
+TEST(TpMultiGpu, MoeForwardAcrossRanks) {
+  const char* ws = std::getenv("WORLD_SIZE");
+  int gpus = 0;
+  cudaGetDeviceCount(&gpus);
+  if (!ws || std::atoi(ws) < 2) GTEST_SKIP() << "WORLD_SIZE unset or < 2: launch through scripts/run_multigpu.sh";
+  if (gpus < std::atoi(ws)) GTEST_SKIP() << "needs " << ws << " GPUs, " << gpus << " visible";
+  std::unique_ptr<transport::NcclTransport> t;
+  Status s = transport::NcclTransport::create_from_env(&t);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  const int W = t->world(), rank = t->rank();
+  MoeConfig c;
+  c.world = W;
+  c.tokens = 200;
+  c.hidden = 256;
+  c.intermediate = 128;
+  c.num_experts = 4 * W;
+  c.top_k = 4;
+  c.watchdog_seconds = 20;
+  std::unique_ptr<MoeLayer> L;
+  s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeHost h{c};
+  fill_moe(*L, h, 77, Routing::kSkewed, rank);
+  ASSERT_TRUE(t->barrier(nullptr).is_ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(L->run_composition(true).is_ok());
+  s = L->finish();
+  ASSERT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+  EXPECT_EQ(check_moe(*L, h, 1e-2, rank), "") << "rank " << rank;
+  ASSERT_TRUE(t->barrier(nullptr).is_ok());
 }

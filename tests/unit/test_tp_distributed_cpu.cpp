@@ -9,43 +9,13 @@
 #include <mutex>
 #include <thread>
 
+#include "../symmetric_heap.h"
 #include "../tp_check.h"
 
 using namespace kosmos;
 using namespace kosmos::test;
 
 namespace {
-// Collective symmetric allocation: the i-th call on every rank returns the same W blocks.
-class SymmetricHeap {
- public:
-  explicit SymmetricHeap(int world) : world_(world), sync_(world) {}
-  Status alloc(int rank, size_t bytes, std::vector<void*>* peers) {
-    size_t index;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      index = next_[rank]++;
-      if (blocks_.size() <= index) blocks_.resize(index + 1, std::vector<std::vector<uint8_t>>(world_));
-      blocks_[index][rank].assign(bytes + 64, 0);
-    }
-    sync_.arrive_and_wait();  // everyone allocated this index
-    std::lock_guard<std::mutex> g(mu_);
-    peers->clear();
-    for (int r = 0; r < world_; ++r) {
-      KOSMOS_CHECK(blocks_[index][r].size() == bytes + 64, "symmetric alloc: rank ", r, " asked for a different size");
-      peers->push_back(blocks_[index][r].data());
-    }
-    return Status::ok();
-  }
-  void barrier() { sync_.arrive_and_wait(); }
-
- private:
-  int world_;
-  std::barrier<> sync_;
-  std::mutex mu_;
-  std::map<int, size_t> next_;
-  std::vector<std::vector<std::vector<uint8_t>>> blocks_;
-};
-
 void run_distributed(TpOp op, int W) {
   TpConfig c = tp_config(op, W, 96 * W, 40 * W, 24 * W, true);
   SymmetricHeap heap(W);
@@ -53,13 +23,7 @@ void run_distributed(TpOp op, int W) {
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < W; ++rank)
     ranks.emplace_back([&, rank] {
-      TpDistributed d;
-      d.rank = rank;
-      d.alloc_symmetric = [&](size_t bytes, std::vector<void*>* peers) { return heap.alloc(rank, bytes, peers); };
-      d.barrier = [&](cudaStream_t) {
-        heap.barrier();
-        return Status::ok();
-      };
+      const DistributedContext d = heap.context(rank);
       std::unique_ptr<TpLayer> L;
       Status s = TpLayer::plan_distributed(c, d, &L);
       if (!s) {
@@ -106,18 +70,12 @@ TEST(TpDistributedCpuFailure, APeerThatNeverRunsIsAWatchdogErrorNotAHang) {
   SymmetricHeap heap(W);
   Status result;
   std::thread peer([&] {  // rank 1 plans and joins the barriers, but never runs its tasks
-    TpDistributed d;
-    d.rank = 1;
-    d.alloc_symmetric = [&](size_t bytes, std::vector<void*>* peers) { return heap.alloc(1, bytes, peers); };
-    d.barrier = [&](cudaStream_t) { heap.barrier(); return Status::ok(); };
+    const DistributedContext d = heap.context(1);
     std::unique_ptr<TpLayer> L;
     ASSERT_TRUE(TpLayer::plan_distributed(c, d, &L).is_ok());
     heap.barrier();  // rank 0's run() barrier
   });
-  TpDistributed d;
-  d.rank = 0;
-  d.alloc_symmetric = [&](size_t bytes, std::vector<void*>* peers) { return heap.alloc(0, bytes, peers); };
-  d.barrier = [&](cudaStream_t) { heap.barrier(); return Status::ok(); };
+  const DistributedContext d = heap.context(0);
   std::unique_ptr<TpLayer> L;
   ASSERT_TRUE(TpLayer::plan_distributed(c, d, &L).is_ok());
   auto t0 = std::chrono::steady_clock::now();
