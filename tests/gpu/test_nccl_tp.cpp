@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "../moe_check.h"
+#include "gpu_skip.h"
 #include "../tp_check.h"
 #include "kosmos/runtime.h"
 #include "kosmos/transport.h"
@@ -12,14 +13,20 @@
 using namespace kosmos;
 using namespace kosmos::test;
 
-TEST(NcclTp, OneRankCommunicatorEveryOp) {
-  auto info = runtime::query_device(0);
-  if (!info.available || info.cc_major != 9) GTEST_SKIP() << "no Hopper (sm_90) GPU visible";
+namespace {
+// A one-rank communicator through the env path (RANK=0, WORLD_SIZE=1).
+Status one_rank_transport(std::unique_ptr<transport::NcclTransport>* t) {
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "1", 1);
   setenv("LOCAL_RANK", "0", 1);
+  return transport::NcclTransport::create_from_env(t);
+}
+}  // namespace
+
+TEST(NcclTp, OneRankCommunicatorEveryOp) {
+  SKIP_WITHOUT_GPU();
   std::unique_ptr<transport::NcclTransport> t;
-  Status s = transport::NcclTransport::create_from_env(&t);
+  Status s = one_rank_transport(&t);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   const TpDistributed dist = transport::make_tp_distributed(*t);
   for (TpOp op : {TpOp::kAgGemm, TpOp::kGemmRs, TpOp::kGemmAr, TpOp::kColParallelBwd, TpOp::kRowParallelBwd}) {
@@ -43,13 +50,9 @@ TEST(NcclTp, OneRankCommunicatorEveryOp) {
 }
 
 TEST(NcclMoe, OneRankCommunicatorForward) {
-  auto info = runtime::query_device(0);
-  if (!info.available || info.cc_major != 9) GTEST_SKIP() << "no Hopper (sm_90) GPU visible";
-  setenv("RANK", "0", 1);
-  setenv("WORLD_SIZE", "1", 1);
-  setenv("LOCAL_RANK", "0", 1);
+  SKIP_WITHOUT_GPU();
   std::unique_ptr<transport::NcclTransport> t;
-  Status s = transport::NcclTransport::create_from_env(&t);
+  Status s = one_rank_transport(&t);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   MoeConfig c;
   c.world = 1;

@@ -13,15 +13,36 @@
 using namespace kosmos;
 using namespace kosmos::test;
 
-TEST(TpMultiGpu, EveryOpAcrossRanks) {
+namespace {
+// The transport of a process launched by scripts/run_multigpu.sh, or null with the reason to skip.
+std::unique_ptr<transport::NcclTransport> env_transport(std::string* why) {
   const char* ws = std::getenv("WORLD_SIZE");
   int gpus = 0;
   cudaGetDeviceCount(&gpus);
-  if (!ws || std::atoi(ws) < 2) GTEST_SKIP() << "WORLD_SIZE unset or < 2: launch through scripts/run_multigpu.sh";
-  if (gpus < std::atoi(ws)) GTEST_SKIP() << "needs " << ws << " GPUs, " << gpus << " visible";
+  if (!ws || std::atoi(ws) < 2) {
+    *why = "WORLD_SIZE unset or < 2: launch through scripts/run_multigpu.sh";
+    return nullptr;
+  }
+  if (gpus < std::atoi(ws)) {
+    *why = "needs " + std::string(ws) + " GPUs, " + std::to_string(gpus) + " visible";
+    return nullptr;
+  }
   std::unique_ptr<transport::NcclTransport> t;
   Status s = transport::NcclTransport::create_from_env(&t);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  if (!s) {
+    ADD_FAILURE() << s.to_string();
+    *why = "transport failed";
+    return nullptr;
+  }
+  return t;
+}
+}  // namespace
+
+TEST(TpMultiGpu, EveryOpAcrossRanks) {
+  std::string why;
+  std::unique_ptr<transport::NcclTransport> t = env_transport(&why);
+  if (!t) GTEST_SKIP() << why;
+  Status s;
   const int W = t->world(), rank = t->rank();
   const TpDistributed dist = transport::make_tp_distributed(*t);
   for (TpOp op : {TpOp::kAgGemm, TpOp::kGemmRs, TpOp::kGemmAr, TpOp::kColParallelBwd, TpOp::kRowParallelBwd}) {
@@ -48,14 +69,10 @@ TEST(TpMultiGpu, EveryOpAcrossRanks) {
 }
 
 TEST(TpMultiGpu, MoeForwardAcrossRanks) {
-  const char* ws = std::getenv("WORLD_SIZE");
-  int gpus = 0;
-  cudaGetDeviceCount(&gpus);
-  if (!ws || std::atoi(ws) < 2) GTEST_SKIP() << "WORLD_SIZE unset or < 2: launch through scripts/run_multigpu.sh";
-  if (gpus < std::atoi(ws)) GTEST_SKIP() << "needs " << ws << " GPUs, " << gpus << " visible";
-  std::unique_ptr<transport::NcclTransport> t;
-  Status s = transport::NcclTransport::create_from_env(&t);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  std::string why;
+  std::unique_ptr<transport::NcclTransport> t = env_transport(&why);
+  if (!t) GTEST_SKIP() << why;
+  Status s;
   const int W = t->world(), rank = t->rank();
   MoeConfig c;
   c.world = W;
