@@ -30,6 +30,7 @@
 #include "kernels/gemm/gemm_host.h"
 #include "kernels/moe_tasks.h"
 #include "ops/op_runner.h"
+#include "ops/rank_buffers.h"
 
 namespace kosmos {
 
@@ -135,19 +136,11 @@ struct MoeLayer::Impl {
   MoeConfig cfg;
   bool distributed = false;
   DistributedContext dist;
-  std::vector<void*> mem;  // [buffer * world + rank]
-  std::vector<std::vector<uint8_t>> host_mem;
+  ops::RankBuffers mem;  // declared before the runners: they are destroyed first
   std::unique_ptr<ops::OpRunner> fused;
   std::vector<std::unique_ptr<ops::OpRunner>> unfused;  // one per phase
   size_t tasks_fused = 0, tasks_unfused = 0;
   std::string summary;
-  ~Impl() {
-    fused.reset();
-    unfused.clear();
-    if (!cfg.cpu && !distributed)  // symmetric memory belongs to the transport
-      for (void* p : mem)
-        if (p) cudaFree(p);
-  }
 };
 
 MoeLayer::~MoeLayer() = default;
@@ -155,22 +148,14 @@ MoeLayer::~MoeLayer() = default;
 Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) { return plan_impl(cfg, nullptr, out); }
 
 Status MoeLayer::plan_distributed(const MoeConfig& cfg, const DistributedContext& dist, std::unique_ptr<MoeLayer>* out) {
-  KOSMOS_CHECK(dist.rank >= 0 && dist.rank < cfg.world, "MoeLayer::plan_distributed: rank ", dist.rank,
-               " out of range for world ", cfg.world);
-  KOSMOS_CHECK(dist.alloc_symmetric && dist.barrier, "MoeLayer::plan_distributed: the transport must supply alloc_symmetric and barrier");
+  KOSMOS_RETURN_IF_ERROR(ops::check_distributed(dist, cfg.world, "MoeLayer"));
   return plan_impl(cfg, &dist, out);
 }
 
 Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist, std::unique_ptr<MoeLayer>* out) {
   KOSMOS_CHECK(out != nullptr, "MoeLayer::plan: out is null");
   KOSMOS_RETURN_IF_ERROR(validate(cfg));
-  int ctas = 132;
-  if (!cfg.cpu) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, dev);
-    cudaGetLastError();
-    if (cfg.max_ctas > 0) ctas = std::min(ctas, cfg.max_ctas);
-  }
+  const int ctas = ops::op_ctas(cfg.cpu, cfg.max_ctas);
   const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W, T = uint32_t(cfg.tokens),
                  k = uint32_t(cfg.top_k), H = uint32_t(cfg.hidden), I = uint32_t(cfg.intermediate);
   const int64_t rows_max = int64_t(W) * T * k;
@@ -182,33 +167,10 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     impl->dist = *dist;
   }
   const uint32_t nb = uint32_t(MoeBuffer::kCount);
-  impl->mem.assign(size_t(nb) * W, nullptr);
-  impl->host_mem.resize(size_t(nb) * W);
-  for (uint32_t b = 0; b < nb; ++b) {
-    const size_t bytes = moe_buffer_info(cfg, MoeBuffer(b)).bytes();
-    if (dist) {  // symmetric: the same bytes on every rank; peers[r] maps rank r's memory
-      std::vector<void*> peers;
-      KOSMOS_RETURN_IF_ERROR(dist->alloc_symmetric(std::max<size_t>(bytes, 16), &peers));
-      KOSMOS_CHECK(peers.size() == W, "transport returned ", peers.size(), " peer pointers for world ", W);
-      for (uint32_t r = 0; r < W; ++r) impl->mem[b * W + r] = peers[r];
-      continue;
-    }
-    for (uint32_t r = 0; r < W; ++r) {
-      if (cfg.cpu) {
-        impl->host_mem[b * W + r].assign(bytes + 16, 0);
-        impl->mem[b * W + r] = impl->host_mem[b * W + r].data();
-      } else {
-        void* p = nullptr;
-        if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
-          cudaGetLastError();
-          return Status(StatusCode::kCudaError, "MoeLayer: cudaMalloc of " + std::to_string(bytes) + " bytes for " +
-                                                    to_string(MoeBuffer(b)) + " of rank " + std::to_string(r) + " failed");
-        }
-        impl->mem[b * W + r] = p;
-      }
-    }
-  }
-  auto mem = [&](MoeBuffer b, uint32_t r) { return impl->mem[size_t(b) * W + r]; };
+  KOSMOS_RETURN_IF_ERROR(impl->mem.allocate(
+      nb, W, cfg.cpu, dist, [&](uint32_t b) { return std::max<size_t>(moe_buffer_info(cfg, MoeBuffer(b)).bytes(), 16); },
+      [](uint32_t b) { return std::string(to_string(MoeBuffer(b))); }));
+  auto mem = [&](MoeBuffer b, uint32_t r) { return impl->mem.at(uint32_t(b), r); };
 
   // ---- GEMM problems: 2d = GEMM1 of rank d, 2d + 1 = GEMM2 ----------------------------------
   std::vector<ops::GemmProblemSpec> problems;
@@ -380,7 +342,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     const plan::Plan p = dist ? plan::restrict_to_rank(full, uint32_t(dist->rank)) : full;
     KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(p, sp, ro, r));
     for (uint32_t b = 0; b < nb; ++b)
-      for (uint32_t rank = 0; rank < W; ++rank) KOSMOS_RETURN_IF_ERROR((*r)->bind(b, rank, impl->mem[b * W + rank]));
+      for (uint32_t rank = 0; rank < W; ++rank) KOSMOS_RETURN_IF_ERROR((*r)->bind(b, rank, impl->mem.at(b, rank)));
     if (dist) KOSMOS_RETURN_IF_ERROR(ops::use_symmetric_counters(**r, *dist, cfg.cpu));
     return Status::ok();
   };
@@ -412,7 +374,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   return Status::ok();
 }
 
-void* MoeLayer::buffer(MoeBuffer b, int rank) const { return impl_->mem.at(size_t(b) * impl_->cfg.world + rank); }
+void* MoeLayer::buffer(MoeBuffer b, int rank) const { return impl_->mem.at(uint32_t(b), uint32_t(rank)); }
 size_t MoeLayer::buffer_bytes(MoeBuffer b) const { return moe_buffer_info(impl_->cfg, b).bytes(); }
 const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
 

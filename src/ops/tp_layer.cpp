@@ -26,6 +26,7 @@
 
 #include "kernels/reduce_tile.h"
 #include "ops/op_runner.h"
+#include "ops/rank_buffers.h"
 
 namespace kosmos {
 
@@ -427,14 +428,8 @@ struct TpLayer::Impl {
   const TpDistributed* dist = nullptr;
   TpDistributed dist_copy;
   std::vector<plan::Plan> plans;
+  ops::RankBuffers mem;  // declared before the runners: they are destroyed first
   std::vector<std::unique_ptr<ops::OpRunner>> runners;
-  std::vector<void*> mem;  // [buffer * world + rank]
-  std::vector<std::vector<uint8_t>> host_mem;
-  ~Impl() {
-    if (!cfg.cpu && !dist)
-      for (void* p : mem)
-        if (p) cudaFree(p);
-  }
 };
 
 TpLayer::~TpLayer() = default;
@@ -451,23 +446,14 @@ Status tp_plans(const TpConfig& cfg, int ctas, std::vector<plan::Plan>* plans) {
 Status TpLayer::plan(const TpConfig& cfg, std::unique_ptr<TpLayer>* out) { return plan_impl(cfg, nullptr, out); }
 
 Status TpLayer::plan_distributed(const TpConfig& cfg, const TpDistributed& dist, std::unique_ptr<TpLayer>* out) {
-  KOSMOS_CHECK(dist.rank >= 0 && dist.rank < cfg.world, "TpLayer::plan_distributed: rank ", dist.rank, " out of range for world ",
-               cfg.world);
-  KOSMOS_CHECK(dist.alloc_symmetric && dist.barrier, "TpLayer::plan_distributed: the transport must supply alloc_symmetric and barrier");
+  KOSMOS_RETURN_IF_ERROR(ops::check_distributed(dist, cfg.world, "TpLayer"));
   return plan_impl(cfg, &dist, out);
 }
 
 Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::unique_ptr<TpLayer>* out) {
   KOSMOS_CHECK(out != nullptr, "TpLayer::plan: out is null");
   KOSMOS_RETURN_IF_ERROR(validate(cfg));
-  int ctas = 132;
-  if (!cfg.cpu) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, dev);
-    cudaGetLastError();
-    if (cfg.max_ctas > 0) ctas = std::min(ctas, cfg.max_ctas);
-  }
-  TpPlanner P(cfg, ctas);
+  TpPlanner P(cfg, ops::op_ctas(cfg.cpu, cfg.max_ctas));
   KOSMOS_RETURN_IF_ERROR(plan_op(cfg, P));
   // A W = 1 problem may have put everything in one phase; the unfused composition then has an
   // empty phase, which is skipped.
@@ -482,34 +468,13 @@ Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::u
     for (auto& p : plans) p = plan::restrict_to_rank(p, uint32_t(dist->rank));
   }
   const uint32_t W = uint32_t(cfg.world), nb = uint32_t(TpBuffer::kCount);
-  impl->mem.assign(size_t(nb) * W, nullptr);
-  impl->host_mem.resize(size_t(nb) * W);
-  for (uint32_t b = 0; b < nb; ++b) {
-    const TpBufferShape sh = tp_buffer_shape(cfg, TpBuffer(b));
-    if (!sh.exists) continue;
-    const size_t bytes = size_t(sh.rows) * sh.cols * 2;
-    if (dist) {  // symmetric: every rank allocates the same bytes; peers[r] maps rank r's memory
-      std::vector<void*> peers;
-      KOSMOS_RETURN_IF_ERROR(dist->alloc_symmetric(bytes, &peers));
-      KOSMOS_CHECK(peers.size() == W, "transport returned ", peers.size(), " peer pointers for world ", W);
-      for (uint32_t r = 0; r < W; ++r) impl->mem[b * W + r] = peers[r];
-      continue;
-    }
-    for (uint32_t r = 0; r < W; ++r) {
-      if (cfg.cpu) {
-        impl->host_mem[b * W + r].assign(bytes + 16, 0);
-        impl->mem[b * W + r] = impl->host_mem[b * W + r].data();
-      } else {
-        void* p = nullptr;
-        if (cudaMalloc(&p, bytes) != cudaSuccess) {
-          cudaGetLastError();
-          return Status(StatusCode::kCudaError, "TpLayer: cudaMalloc of " + std::to_string(bytes) + " bytes for " +
-                                                    to_string(TpBuffer(b)) + " failed");
-        }
-        impl->mem[b * W + r] = p;
-      }
-    }
-  }
+  KOSMOS_RETURN_IF_ERROR(impl->mem.allocate(
+      nb, W, cfg.cpu, dist,
+      [&](uint32_t b) {
+        const TpBufferShape sh = tp_buffer_shape(cfg, TpBuffer(b));
+        return sh.exists ? size_t(sh.rows) * sh.cols * 2 : size_t(0);
+      },
+      [](uint32_t b) { return std::string(to_string(TpBuffer(b))); }));
   ops::RunnerOptions ro;
   ro.executor = cfg.cpu ? ops::ExecutorKind::kCpu : ops::ExecutorKind::kGpu;
   ro.watchdog_seconds = cfg.watchdog_seconds;
@@ -522,9 +487,9 @@ Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::u
     KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(plans[i], specs[i], ro, &r));
     for (uint32_t b = 0; b < nb; ++b)
       for (uint32_t rank = 0; rank < W; ++rank) {
-        void* p = impl->mem[b * W + rank];
+        void* p = impl->mem.at(b, rank);
         // Absent buffers get a harmless stand-in: no task touches them.
-        KOSMOS_RETURN_IF_ERROR(r->bind(b, rank, p ? p : impl->mem[uint32_t(TpBuffer::kX) * W + rank]));
+        KOSMOS_RETURN_IF_ERROR(r->bind(b, rank, p ? p : impl->mem.at(uint32_t(TpBuffer::kX), rank)));
       }
     if (dist) KOSMOS_RETURN_IF_ERROR(ops::use_symmetric_counters(*r, *dist, cfg.cpu));  // .sys scope on GPUs
     impl->runners.push_back(std::move(r));
@@ -536,7 +501,7 @@ Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::u
   return Status::ok();
 }
 
-void* TpLayer::buffer(TpBuffer b, int rank) const { return impl_->mem.at(size_t(b) * impl_->cfg.world + rank); }
+void* TpLayer::buffer(TpBuffer b, int rank) const { return impl_->mem.at(uint32_t(b), uint32_t(rank)); }
 
 size_t TpLayer::buffer_bytes(TpBuffer b) const {
   const TpBufferShape s = tp_buffer_shape(impl_->cfg, b);
