@@ -157,4 +157,17 @@ inline std::string check_moe(MoeLayer& L, MoeHost& h, double tol = 1e-2, int onl
   return "";
 }
 
+inline MoeConfig moe_config(int W, int64_t T, int64_t H, int64_t I, int E, int k, bool cpu) {
+  MoeConfig c;
+  c.world = W;
+  c.tokens = T;
+  c.hidden = H;
+  c.intermediate = I;
+  c.num_experts = E;
+  c.top_k = k;
+  c.cpu = cpu;
+  if (cpu) c.watchdog_seconds = 60;  // host threads on a 2-core CI machine can be slow
+  return c;
+}
+
 }  // namespace kosmos::test

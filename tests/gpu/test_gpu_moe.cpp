@@ -13,13 +13,7 @@ using namespace kosmos::test;
 
 namespace {
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0) {
-  MoeConfig c;
-  c.world = W;
-  c.tokens = T;
-  c.hidden = H;
-  c.intermediate = I;
-  c.num_experts = E;
-  c.top_k = k;
+  MoeConfig c = moe_config(W, T, H, I, E, k, false);
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();

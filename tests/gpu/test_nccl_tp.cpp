@@ -54,13 +54,7 @@ TEST(NcclMoe, OneRankCommunicatorForward) {
   std::unique_ptr<transport::NcclTransport> t;
   Status s = one_rank_transport(&t);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  MoeConfig c;
-  c.world = 1;
-  c.tokens = 100;
-  c.hidden = 256;
-  c.intermediate = 128;
-  c.num_experts = 16;
-  c.top_k = 4;
+  MoeConfig c = moe_config(1, 100, 256, 128, 16, 4, false);
   std::unique_ptr<MoeLayer> L;
   s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();

@@ -74,13 +74,7 @@ TEST(TpMultiGpu, MoeForwardAcrossRanks) {
   if (!t) GTEST_SKIP() << why;
   Status s;
   const int W = t->world(), rank = t->rank();
-  MoeConfig c;
-  c.world = W;
-  c.tokens = 200;
-  c.hidden = 256;
-  c.intermediate = 128;
-  c.num_experts = 4 * W;
-  c.top_k = 4;
+  MoeConfig c = moe_config(W, 200, 256, 128, 4 * W, 4, false);
   c.watchdog_seconds = 20;
   std::unique_ptr<MoeLayer> L;
   s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);

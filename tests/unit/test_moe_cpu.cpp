@@ -11,15 +11,7 @@ using namespace kosmos::test;
 namespace {
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0) {
-  MoeConfig c;
-  c.world = W;
-  c.tokens = T;
-  c.hidden = H;
-  c.intermediate = I;
-  c.num_experts = E;
-  c.top_k = k;
-  c.cpu = true;
-  c.watchdog_seconds = 60;
+  MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.dispatch_experts_per_task = epb;
   c.combine_tokens_per_task = tpt;
   c.dispatch_slices = slices;

@@ -13,15 +13,7 @@ using namespace kosmos::test;
 
 namespace {
 void run_distributed(int W, int64_t T, int E, int k, Routing routing) {
-  MoeConfig c;
-  c.world = W;
-  c.tokens = T;
-  c.hidden = 64;
-  c.intermediate = 32;
-  c.num_experts = E;
-  c.top_k = k;
-  c.cpu = true;
-  c.watchdog_seconds = 60;
+  MoeConfig c = moe_config(W, T, 64, 32, E, k, true);
   SymmetricHeap heap(W);
   std::vector<std::string> errors(W);
   std::vector<std::thread> ranks;
