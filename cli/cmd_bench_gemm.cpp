@@ -44,9 +44,11 @@ struct ShapeResult {
   int tile_n;
   uint32_t run;
   size_t tasks;
+  std::string raster;
 };
 
-Status bench_shape(int64_t m, int64_t n, int64_t k, int reps, cublasHandle_t handle, ShapeResult* r) {
+// nt: B stored [N, K] (b_transposed, the weight layout of nn.Linear); otherwise B is [K, N].
+Status bench_shape(int64_t m, int64_t n, int64_t k, bool nt, int reps, cublasHandle_t handle, ShapeResult* r) {
   const size_t a_el = size_t(m) * k, b_el = size_t(k) * n, c_el = size_t(m) * n;
   const size_t set_bytes = (a_el + b_el) * 2;
   const int sets = int(std::clamp<size_t>((size_t(240) << 20) / std::max<size_t>(set_bytes, 1) + 1, 2, 8));
@@ -66,7 +68,8 @@ Status bench_shape(int64_t m, int64_t n, int64_t k, int reps, cublasHandle_t han
     g.a = A[s].p;
     g.lda = k;
     g.b = B[s].p;
-    g.ldb = n;
+    g.ldb = nt ? k : n;
+    g.b_transposed = nt;
     g.c = C.p;
     g.ldc = n;
     g.m = m;
@@ -77,13 +80,15 @@ Status bench_shape(int64_t m, int64_t n, int64_t k, int reps, cublasHandle_t han
   r->tile_n = plans[0]->tile_n();
   r->run = plans[0]->run_length();
   r->tasks = plans[0]->num_tasks();
+  r->raster = plans[0]->raster();
   cudaStream_t st;
   KOSMOS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cublasSetStream(handle, st);
   const float alpha = 1.0f, beta = 0.0f;
   auto cublas = [&](int s, void* c) {
     // row-major C = A B  <=>  column-major C^T = B^T A^T
-    return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, B[s].p, CUDA_R_16BF, int(n),
+    return cublasGemmEx(handle, nt ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, B[s].p,
+                        CUDA_R_16BF, int(nt ? k : n),
                         A[s].p, CUDA_R_16BF, int(k), &beta, c, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
                         CUBLAS_GEMM_DEFAULT);
   };
@@ -114,7 +119,7 @@ Status bench_shape(int64_t m, int64_t n, int64_t k, int reps, cublasHandle_t han
     for (int s = 0; s < 512; ++s) {
       const int64_t i = int64_t(rng() % m), j = int64_t(rng() % n);
       double ref = 0;
-      for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(ha[i * k + kk])) * bf16_to_float(hb[kk * n + j]);
+      for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(ha[i * k + kk])) * bf16_to_float(hb[nt ? j * k + kk : kk * n + j]);
       const double x = bf16_to_float(hc[i * n + j]);
       n2 += (x - ref) * (x - ref);
       d2 += ref * ref;
@@ -166,12 +171,14 @@ Status bench_shape(int64_t m, int64_t n, int64_t k, int reps, cublasHandle_t han
 void add_bench_gemm(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("gemm", "GEMM tiles on the runtime vs cuBLAS (bf16, fp32 accumulate)");
   struct Opts {
-    std::string json, shapes;
+    std::string json, shapes, layout = "nn";
     int reps = 30;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--json", o->json, "Write results as JSON here");
   cmd->add_option("--reps", o->reps, "Timed repetitions (median)")->check(CLI::Range(5, 10000));
+  cmd->add_option("--layout", o->layout, "nn: B is [K, N]; nt: B is [N, K] (weights as nn.Linear stores them)")
+      ->check(CLI::IsMember({"nn", "nt"}));
   cmd->add_option("--shapes", o->shapes, "Comma-separated MxNxK list (default: the issue's eight shapes)");
   cmd->callback([o] {
     if (!gpu_available()) throw Error(Status(StatusCode::kUnavailable, "bench gemm needs a Hopper GPU (none visible)"));
@@ -193,7 +200,9 @@ void add_bench_gemm(CLI::App& bench) {
     if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error(Status(StatusCode::kInternal, "cublasCreate failed"));
     nlohmann::json j = run_metadata(command_line());
     j["bench"] = "gemm";
+    j["layout"] = o->layout;
     j["rows"] = nlohmann::json::array();
+    std::printf("layout %s\n", o->layout.c_str());
     std::printf("%-20s %6s %4s %6s %10s %10s %10s %10s %8s %10s\n", "MxNxK", "tileN", "run", "tasks", "ours ms",
                 "cuBLAS ms", "ours TF/s", "cuBLAS TF", "ratio", "rel.err");
     double log_sum = 0;
@@ -201,7 +210,7 @@ void add_bench_gemm(CLI::App& bench) {
     for (auto [m, n, k] : shapes) {
       std::fprintf(stderr, "[bench gemm] %ldx%ldx%ld ...\n", m, n, k);
       ShapeResult r{};
-      throw_if_error(bench_shape(m, n, k, o->reps, handle, &r));
+      throw_if_error(bench_shape(m, n, k, o->layout == "nt", o->reps, handle, &r));
       const double ratio = r.ours_tflops / r.cublas_tflops;
       log_sum += std::log(ratio);
       worst = std::min(worst, ratio);
@@ -211,7 +220,8 @@ void add_bench_gemm(CLI::App& bench) {
       j["rows"].push_back({{"m", m}, {"n", n}, {"k", k}, {"tile_n", r.tile_n}, {"run_length", r.run}, {"tasks", r.tasks},
                            {"ours_ms", r.ours_ms}, {"cublas_ms", r.cublas_ms}, {"ours_tflops", r.ours_tflops},
                            {"cublas_tflops", r.cublas_tflops}, {"ratio", ratio}, {"rel_err_vs_fp64", r.rel_err_vs_fp64},
-                           {"rel_err_vs_cublas", r.rel_err_vs_cublas}});
+                           {"rel_err_vs_cublas", r.rel_err_vs_cublas}, {"raster", r.raster}});
+      std::printf("%20s claim order: %s\n", "", r.raster.c_str());
     }
     const double geo = std::exp(log_sum / shapes.size());
     std::printf("geometric mean ratio to cuBLAS: %.3f (goal >= 0.95), worst %.3f (goal >= 0.85)\n", geo, worst);

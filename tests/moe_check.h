@@ -24,6 +24,7 @@ inline std::string routing_name(Routing r) {
 struct MoeHost {
   MoeConfig cfg;
   std::vector<std::vector<uint16_t>> x, y, gate_up_plain, down;  // per rank
+  std::vector<std::vector<uint16_t>> dy;                          // per rank, backward only
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::vector<float>> w;
 };
@@ -153,6 +154,173 @@ inline std::string check_moe(MoeLayer& L, MoeHost& h, double tol = 1e-2, int onl
     }
     const double err = std::sqrt(num / std::max(den, 1e-30));
     if (!(err < tol)) return "y of rank " + std::to_string(r) + ": relative error " + std::to_string(err);
+  }
+  return "";
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// Poisons every buffer the backward writes (outputs and workspaces, padding rows included).
+inline void poison_backward(MoeLayer& L) {
+  const MoeConfig& c = L.config();
+  for (MoeBuffer b : {MoeBuffer::kCounts, MoeBuffer::kRoute, MoeBuffer::kLayout, MoeBuffer::kRecvX, MoeBuffer::kRecvW,
+                      MoeBuffer::kAct, MoeBuffer::kOut, MoeBuffer::kDx, MoeBuffer::kDWeights, MoeBuffer::kDGateUp,
+                      MoeBuffer::kDDown, MoeBuffer::kRecvDy, MoeBuffer::kH1, MoeBuffer::kDAct, MoeBuffer::kDH1,
+                      MoeBuffer::kRecvDw}) {
+    const size_t bytes = L.buffer_bytes(b);
+    std::vector<uint8_t> v(bytes, 0xFF);
+    for (int r = 0; r < c.world; ++r) to_layer(c, L.buffer(b, r), v.data(), bytes);
+  }
+}
+
+// fill_moe plus a random dy per rank; every backward output and workspace poisoned.
+inline void fill_moe_backward(MoeLayer& L, MoeHost& h, uint64_t seed, Routing routing) {
+  fill_moe(L, h, seed, routing);
+  const MoeConfig& c = h.cfg;
+  h.dy.assign(c.world, {});
+  for (int r = 0; r < c.world; ++r) {
+    h.dy[r] = random_bf16(size_t(c.tokens) * c.hidden, seed * 7 + 11 * r + 5, 1.0f);
+    to_layer(c, L.buffer(MoeBuffer::kDy, r), h.dy[r].data(), h.dy[r].size() * 2);
+  }
+  poison_backward(L);
+}
+
+// fp64 gradients (no intermediate rounding). dgu is in the PLAIN layout [L, H, 2I] = [gate | up].
+struct MoeGrads {
+  std::vector<std::vector<double>> dx, dw, dgu, dd;  // per rank
+  std::vector<int64_t> rows_per_expert;              // [E] over all ranks
+};
+
+inline MoeGrads reference_moe_backward(const MoeHost& h) {
+  const MoeConfig& c = h.cfg;
+  const int W = c.world, Lx = c.num_experts / c.world, k = c.top_k, E = c.num_experts;
+  const int64_t T = c.tokens, H = c.hidden, I = c.intermediate;
+  MoeGrads g;
+  g.dx.assign(W, std::vector<double>(size_t(T) * H, 0.0));
+  g.dw.assign(W, std::vector<double>(size_t(T) * k, 0.0));
+  g.dgu.assign(W, std::vector<double>(size_t(Lx) * H * 2 * I, 0.0));
+  g.dd.assign(W, std::vector<double>(size_t(Lx) * I * H, 0.0));
+  g.rows_per_expert.assign(E, 0);
+  std::vector<double> gate(I), up(I), dap(I), act(I), dg(I), du(I), xv(H), dyv(H);
+  for (int r = 0; r < W; ++r)
+    for (int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
+        const int e = h.ids[r][t * k + j];
+        if (e < 0 || e >= E) continue;
+        g.rows_per_expert[e]++;
+        const int d = e / Lx;
+        const auto& gu = h.gate_up_plain[d];
+        const auto& dn = h.down[d];
+        const size_t gu0 = size_t(e % Lx) * H * 2 * I, dn0 = size_t(e % Lx) * I * H;
+        for (int64_t hh = 0; hh < H; ++hh) {
+          xv[hh] = bf16_to_float(h.x[r][t * H + hh]);
+          dyv[hh] = bf16_to_float(h.dy[r][t * H + hh]);
+        }
+        std::fill(gate.begin(), gate.end(), 0.0);
+        std::fill(up.begin(), up.end(), 0.0);
+        std::fill(dap.begin(), dap.end(), 0.0);
+        for (int64_t hh = 0; hh < H; ++hh)
+          for (int64_t i = 0; i < I; ++i) {
+            gate[i] += xv[hh] * bf16_to_float(gu[gu0 + hh * 2 * I + i]);
+            up[i] += xv[hh] * bf16_to_float(gu[gu0 + hh * 2 * I + I + i]);
+          }
+        for (int64_t i = 0; i < I; ++i)
+          for (int64_t hh = 0; hh < H; ++hh) dap[i] += bf16_to_float(dn[dn0 + i * H + hh]) * dyv[hh];
+        const double wv = h.w[r][t * k + j];
+        double dwv = 0.0;
+        for (int64_t i = 0; i < I; ++i) {
+          const double sg = 1.0 / (1.0 + std::exp(-gate[i])), silu = gate[i] * sg;
+          act[i] = silu * up[i];
+          dwv += dap[i] * act[i];
+          const double dA = wv * dap[i];
+          dg[i] = dA * up[i] * sg * (1.0 + gate[i] * (1.0 - sg));
+          du[i] = dA * silu;
+        }
+        g.dw[r][t * k + j] = dwv;
+        for (int64_t hh = 0; hh < H; ++hh) {
+          double acc = 0.0;
+          for (int64_t i = 0; i < I; ++i)
+            acc += dg[i] * bf16_to_float(gu[gu0 + hh * 2 * I + i]) + du[i] * bf16_to_float(gu[gu0 + hh * 2 * I + I + i]);
+          g.dx[r][t * H + hh] += acc;
+        }
+        for (int64_t i = 0; i < I; ++i)
+          for (int64_t hh = 0; hh < H; ++hh) g.dd[d][dn0 + i * H + hh] += wv * act[i] * dyv[hh];
+        for (int64_t hh = 0; hh < H; ++hh)
+          for (int64_t i = 0; i < I; ++i) {
+            g.dgu[d][gu0 + hh * 2 * I + i] += xv[hh] * dg[i];
+            g.dgu[d][gu0 + hh * 2 * I + I + i] += xv[hh] * du[i];
+          }
+      }
+  return g;
+}
+
+// The layer's backward outputs of one rank (dgu in the layer's interleaved layout).
+struct MoeGradsOut {
+  std::vector<uint16_t> dx, dgu, dd;
+  std::vector<float> dw;
+  bool operator==(const MoeGradsOut& o) const { return dx == o.dx && dgu == o.dgu && dd == o.dd && dw == o.dw; }
+};
+inline MoeGradsOut read_grads(MoeLayer& L, int r) {
+  const MoeConfig& c = L.config();
+  MoeGradsOut o;
+  o.dx.resize(L.buffer_bytes(MoeBuffer::kDx) / 2);
+  o.dgu.resize(L.buffer_bytes(MoeBuffer::kDGateUp) / 2);
+  o.dd.resize(L.buffer_bytes(MoeBuffer::kDDown) / 2);
+  o.dw.resize(L.buffer_bytes(MoeBuffer::kDWeights) / 4);
+  from_layer(c, o.dx.data(), L.buffer(MoeBuffer::kDx, r), o.dx.size() * 2);
+  from_layer(c, o.dgu.data(), L.buffer(MoeBuffer::kDGateUp, r), o.dgu.size() * 2);
+  from_layer(c, o.dd.data(), L.buffer(MoeBuffer::kDDown, r), o.dd.size() * 2);
+  from_layer(c, o.dw.data(), L.buffer(MoeBuffer::kDWeights, r), o.dw.size() * 4);
+  return o;
+}
+
+// "" or the first gradient that misses the fp64 reference (relative Frobenius error per tensor and
+// rank; NaN never passes). Also exact: zeros for experts without rows and for dropped slots.
+inline std::string check_moe_backward(MoeLayer& L, const MoeHost& h, double tol = 2e-2) {
+  const MoeConfig& c = h.cfg;
+  const int Lx = c.num_experts / c.world, k = c.top_k;
+  const int64_t H = c.hidden, I = c.intermediate;
+  const MoeGrads ref = reference_moe_backward(h);
+  auto rel = [tol](const std::string& what, const std::vector<double>& v, const std::vector<double>& want) -> std::string {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!std::isfinite(v[i])) return what + " has a non-finite value at " + std::to_string(i);
+      num += (v[i] - want[i]) * (v[i] - want[i]);
+      den += want[i] * want[i];
+    }
+    const double err = std::sqrt(num / std::max(den, 1e-30));
+    return err < tol ? "" : what + ": relative error " + std::to_string(err);
+  };
+  for (int r = 0; r < c.world; ++r) {
+    const MoeGradsOut o = read_grads(L, r);
+    const std::string rk = " of rank " + std::to_string(r);
+    std::vector<double> v(o.dx.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(o.dx[i]);
+    if (auto e = rel("dx" + rk, v, ref.dx[r]); !e.empty()) return e;
+    v.assign(o.dw.begin(), o.dw.end());
+    if (auto e = rel("d_weights" + rk, v, ref.dw[r]); !e.empty()) return e;
+    for (size_t i = 0; i < o.dw.size(); ++i) {
+      const int e = h.ids[r][i];
+      if ((e < 0 || e >= c.num_experts) && o.dw[i] != 0.0f) return "d_weights" + rk + " of a dropped slot is not 0";
+    }
+    v.assign(o.dd.size(), 0.0);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(o.dd[i]);
+    if (auto e = rel("d_down" + rk, v, ref.dd[r]); !e.empty()) return e;
+    v.assign(o.dgu.size(), 0.0);  // de-interleave into the plain layout of the reference
+    for (int64_t row = 0; row < int64_t(Lx) * H; ++row)
+      for (int64_t col = 0; col < I; ++col) {
+        v[row * 2 * I + col] = bf16_to_float(o.dgu[row * 2 * I + 16 * (col / 8) + col % 8]);
+        v[row * 2 * I + I + col] = bf16_to_float(o.dgu[row * 2 * I + 16 * (col / 8) + 8 + col % 8]);
+      }
+    if (auto e = rel("d_gate_up" + rk, v, ref.dgu[r]); !e.empty()) return e;
+    for (int l = 0; l < Lx; ++l) {
+      if (ref.rows_per_expert[size_t(r) * Lx + l] != 0) continue;
+      for (int64_t i = 0; i < H * 2 * I; ++i)
+        if (o.dgu[size_t(l) * H * 2 * I + i] != 0) return "d_gate_up" + rk + " of empty expert " + std::to_string(l) + " is not 0";
+      for (int64_t i = 0; i < I * H; ++i)
+        if (o.dd[size_t(l) * I * H + i] != 0) return "d_down" + rk + " of empty expert " + std::to_string(l) + " is not 0";
+    }
+    (void)k;
   }
   return "";
 }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kosmos/status.h"
 
@@ -64,6 +65,7 @@ class Gemm {
   size_t num_tasks() const;
   int tile_n() const;
   uint32_t run_length() const;
+  const std::string& raster() const;  // the claim order chosen, in words
 
  private:
   struct Impl;

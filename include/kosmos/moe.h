@@ -1,6 +1,9 @@
-// Mixture-of-Experts layer, FORWARD, as ONE persistent launch: route -> offsets -> dispatch ->
-// grouped GEMM1 (gate/up, SwiGLU epilogue) -> grouped GEMM2 (down, router-weight row scale) ->
-// combine, expert parallel over W (virtual) ranks. Backward is not implemented yet.
+// Mixture-of-Experts layer as ONE persistent launch per direction, expert parallel over W (virtual)
+// ranks. Forward: route -> offsets -> dispatch -> grouped GEMM1 (gate/up, SwiGLU epilogue) ->
+// grouped GEMM2 (down, router-weight row scale) -> combine. Backward (MoeConfig::backward):
+// route -> offsets -> dispatch (x and dy rows) -> recompute h1 and dA' = dy · downᵀ (grouped) ->
+// SwiGLU backward + router-weight gradient -> dX = dH1 · gate_upᵀ (grouped) and the weight
+// gradients (grouped-K GEMMs) -> combine dx and d weights (docs/design/moe.md).
 //
 // World W, rank r; T tokens per rank, k slots per token (top-k), E experts, L = E / W per rank
 // (expert e lives on rank e / L), H hidden, I expert intermediate. bf16 in/out, fp32 accumulation.
@@ -39,7 +42,18 @@ enum class MoeBuffer : uint32_t {
   kRecvX,    // [W T k, H] bf16 workspace
   kRecvW,    // [W T k] fp32 workspace
   kAct,      // [W T k, I] bf16 workspace
-  kOut,      // [W T k, H] bf16 workspace
+  kOut,      // [W T k, H] bf16 workspace (backward: dX rows, [rows_pad, H])
+  // Backward only (0 bytes unless MoeConfig::backward); rows_pad = W T k + 63 L:
+  kDy,        // [T, H] bf16 input: upstream gradient
+  kDx,        // [T, H] bf16 output
+  kDWeights,  // [T, k] fp32 output: gradient of the router weights (0 for dropped slots)
+  kDGateUp,   // [L, H, 2I] bf16 output, SwiGLU-interleaved like kGateUp
+  kDDown,     // [L, I, H] bf16 output
+  kRecvDy,    // [rows_pad, H] bf16 workspace
+  kH1,        // [rows_pad, 2I] bf16 workspace (recomputed pre-activation)
+  kDAct,      // [rows_pad, I] bf16 workspace (dy · downᵀ)
+  kDH1,       // [rows_pad, 2I] bf16 workspace
+  kRecvDw,    // [rows_pad] fp32 workspace
   kCount
 };
 const char* to_string(MoeBuffer b);
@@ -59,6 +73,7 @@ struct MoeConfig {
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count
   int dispatch_slices = 0;            // 0: chosen; else split each expert's rows over this many tasks (<= 255)
+  bool backward = false;  // also plan the backward pass (its buffers, W <= 8: five GEMMs per rank)
 };
 
 struct MoeBufferInfo {
@@ -88,9 +103,15 @@ class MoeLayer {
   size_t buffer_bytes(MoeBuffer b) const;
   Status run(cudaStream_t stream = nullptr);
   Status run_composition(bool fused, cudaStream_t stream = nullptr);  // fused: 1 launch; else 6
+  // Backward (cfg.backward): fill kX, kIds, kWeights, kGateUp, kDown, kDy; read kDx, kDWeights,
+  // kDGateUp, kDDown. Self-contained: it routes and recomputes the forward's pre-activation, so it
+  // needs no forward run. fused: 1 launch; else the same tasks as 7 launches.
+  Status run_backward(cudaStream_t stream = nullptr);
+  Status run_backward_composition(bool fused, cudaStream_t stream = nullptr);
   Status finish(cudaStream_t stream = nullptr);
   Status read_trace(std::vector<runtime::TraceRecord>* out) const;  // of the last fused run
   size_t num_tasks(bool fused = true) const;
+  size_t num_backward_tasks(bool fused = true) const;  // 0 without cfg.backward
   std::string describe() const;
   const MoeConfig& config() const;
 

@@ -34,6 +34,7 @@ enum class TaskKind : uint16_t {
   kMoeOffsets = 19,  // MoE: a rank's receive layout (group sizes and offsets) from all counts
   kMoeDispatch = 20, // MoE: push token rows (and router weights) to the experts' ranks
   kMoeCombine = 21,  // MoE: per token, sum its k expert outputs in slot order
+  kMoeSwigluBackward = 22,  // MoE backward: SwiGLU gradient of received rows, router-weight gradient, zero padding
   kNumKinds,
 };
 const char* to_string(TaskKind kind);

@@ -12,11 +12,15 @@
 //   offsets  one CTA per rank; E <= 256 experts, thread 0 does the per-owner prefix (E steps).
 //   dispatch one warp per received row, 16-byte vectors (H % 8 == 0).
 //   combine  one warp per token: lanes 0..k-1 resolve the k source rows, every lane sums 8
-//            columns at a time over j = 0..k-1 in order (fp32), stores bf16.
+//            columns at a time over j = 0..k-1 in order (fp32), stores bf16. Backward: the same
+//            into dx, and lanes 0..k-1 gather the router-weight gradients.
+//   swiglu_backward  thread 0 maps the task's slots to row ranges (smem: 3 x 64 int32), then one
+//            warp per row, 8 columns per lane step; padding rows get zeros.
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include "kernels/gemm/gemm_params.h"
 #include "kernels/moe_tasks.h"
 #include "runtime/persistent_kernel.cuh"
 
@@ -126,11 +130,12 @@ __device__ __forceinline__ void offsets(const plan::Task& t, const MoeArgs& a, c
   }
   __syncthreads();
   if (ctx.thread_idx == 0) {  // prefix per owner (E <= 256 shared-memory steps)
+    const int32_t align = (a.flags & kMoeFlagBackward) ? kMoeRowAlign : 1;
     int32_t base = 0;
     for (uint32_t e = 0; e < E; ++e) {
       if (e % L == 0) base = 0;
       s_base[e] = base;
-      base += s_total[e];
+      base += (s_total[e] + align - 1) / align * align;
     }
   }
   __syncthreads();
@@ -154,6 +159,9 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
   const float* w = static_cast<const float*>(ctx.buffer(kMoeWeights, s));
   uint4* recv_x = static_cast<uint4*>(ctx.buffer(kMoeRecvX, d));
   float* recv_w = static_cast<float*>(ctx.buffer(kMoeRecvW, d));
+  const bool backward = (a.flags & kMoeFlagBackward) != 0;
+  const uint4* dy = backward ? static_cast<const uint4*>(ctx.buffer(kMoeDy, s)) : nullptr;
+  uint4* recv_dy = backward ? static_cast<uint4*>(ctx.buffer(kMoeRecvDy, d)) : nullptr;
   const uint32_t vecs = H / 8;
   // Rows i of the experts [b, c) with i % num_slices == slice, one warp per row.
   const int32_t slice = int32_t((a.a >> 16) & 0xFFu), num_slices = int32_t(max(1u, a.a >> 24));
@@ -175,6 +183,11 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
         dst[v + 96] = v3;
       }
       for (; v < vecs; v += 32) dst[v] = src[v];
+      if (backward) {
+        const uint4* src_dy = dy + size_t(entry / a.top_k) * vecs;
+        uint4* dst_dy = recv_dy + size_t(off + i) * vecs;
+        for (uint32_t u = lane_idx; u < vecs; u += 32) dst_dy[u] = src_dy[u];
+      }
       if (lane_idx == 0) recv_w[off + i] = w[entry];
     }
     row_base += mine;
@@ -188,18 +201,24 @@ __device__ __forceinline__ void combine(const plan::Task& t, const MoeArgs& a, c
   const int32_t* ids = static_cast<const int32_t*>(ctx.buffer(kMoeIds, s));
   const int32_t* pos = static_cast<const int32_t*>(ctx.buffer(kMoeRoute, s)) + 2 * E;
   const int32_t* send_off = static_cast<const int32_t*>(ctx.buffer(kMoeLayout, s)) + 2 * a.local_experts;
-  uint4* y = static_cast<uint4*>(ctx.buffer(kMoeY, s));
+  const bool backward = (a.flags & kMoeFlagBackward) != 0;
+  uint4* y = static_cast<uint4*>(ctx.buffer(backward ? kMoeDx : kMoeY, s));
+  float* dw = backward ? static_cast<float*>(ctx.buffer(kMoeDWeights, s)) : nullptr;
   const uint32_t vecs = H / 8;
   for (uint32_t tok = a.b + warp_idx; tok < a.c; tok += num_warps) {
     const uint4* row = nullptr;  // lane j < k: source row of slot j (nullptr: dropped)
     if (uint32_t(lane_idx) < k) {
       const uint32_t i = tok * k + lane_idx;
       const int32_t p = __ldcg(pos + i);
+      float dwv = 0.0f;
       if (p >= 0) {
         const int32_t e = __ldcg(ids + i);
-        row = static_cast<const uint4*>(ctx.buffer(kMoeOut, uint32_t(e) / a.local_experts)) +
-              size_t(__ldcg(send_off + e) + p) * vecs;
+        const uint32_t d = uint32_t(e) / a.local_experts;
+        const int32_t src_row = __ldcg(send_off + e) + p;
+        row = static_cast<const uint4*>(ctx.buffer(kMoeOut, d)) + size_t(src_row) * vecs;
+        if (backward) dwv = __ldcg(static_cast<const float*>(ctx.buffer(kMoeRecvDw, d)) + src_row);
       }
+      if (backward) dw[i] = dwv;
     }
     const uint4* rows[kMaxTopK];
 #pragma unroll
@@ -225,6 +244,105 @@ __device__ __forceinline__ void combine(const plan::Task& t, const MoeArgs& a, c
   }
 }
 
+// SwiGLU backward of the rows of slots [a.a, a.a + a.b) (see moe_tasks.h). Thread 0 maps the
+// slots to row ranges (shared memory: 3 x kMoeSlotsPerTaskMax int32), then one warp per row; a
+// lane handles blocks of 8 output columns (gate block, up block of h1: two 16-byte loads).
+// The dot product <dA', act> is a per-lane fp32 sum in column order followed by a fixed xor tree:
+// deterministic.
+__device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
+                                                char* smem, int num_threads) {
+  const uint32_t d = t.rank, L = a.local_experts, H = a.hidden, I = a.intermediate;
+  const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
+  const int32_t* layout = static_cast<const int32_t*>(ctx.buffer(kMoeLayout, d));
+  int32_t* s_row0 = reinterpret_cast<int32_t*>(smem);          // [slots] first row
+  int32_t* s_valid = s_row0 + kMoeSlotsPerTaskMax;             // [slots] rows with data
+  int32_t* s_first = s_valid + kMoeSlotsPerTaskMax;            // [slots + 1] prefix of rows (valid + padding)
+  const int num_slots = min(int(a.b), kMoeSlotsPerTaskMax);
+  if (ctx.thread_idx == 0) {
+    int32_t g = 0, blocks_before = 0, acc = 0;
+    for (int i = 0; i < num_slots; ++i) {
+      const int32_t slot = int32_t(a.a) + i;
+      int32_t blocks = 0;
+      for (; g < int32_t(L); ++g) {
+        blocks = (__ldcg(layout + g) + gemm::kGemmBlockM - 1) / gemm::kGemmBlockM;
+        if (slot < blocks_before + blocks) break;
+        blocks_before += blocks;
+      }
+      s_first[i] = acc;
+      if (g == int32_t(L)) {
+        s_row0[i] = 0;
+        s_valid[i] = 0;
+        continue;
+      }
+      const int32_t m = __ldcg(layout + g), padded = (m + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign;
+      const int32_t first = (slot - blocks_before) * gemm::kGemmBlockM, last = min(first + gemm::kGemmBlockM, padded);
+      s_row0[i] = __ldcg(layout + L + g) + first;
+      s_valid[i] = min(last, m) - first;
+      acc += last - first;
+    }
+    s_first[num_slots] = acc;
+  }
+  __syncthreads();
+  const int32_t total = s_first[num_slots];
+  const uint4* h1 = static_cast<const uint4*>(ctx.buffer(kMoeH1, d));
+  const uint4* dap = static_cast<const uint4*>(ctx.buffer(kMoeDAct, d));
+  const float* recv_w = static_cast<const float*>(ctx.buffer(kMoeRecvW, d));
+  uint4* dh1 = static_cast<uint4*>(ctx.buffer(kMoeDH1, d));
+  uint4* act_w = static_cast<uint4*>(ctx.buffer(kMoeAct, d));
+  float* recv_dw = static_cast<float*>(ctx.buffer(kMoeRecvDw, d));
+  uint4* recv_x = static_cast<uint4*>(ctx.buffer(kMoeRecvX, d));
+  uint4* recv_dy = static_cast<uint4*>(ctx.buffer(kMoeRecvDy, d));
+  const uint32_t iv = I / 8, hv = H / 8;  // 16-byte vectors per row of act / of x
+  int i = 0;
+  for (int32_t n = warp_idx; n < total; n += num_warps) {
+    while (n >= s_first[i + 1]) ++i;
+    const int32_t local = n - s_first[i];
+    const size_t row = size_t(s_row0[i] + local);
+    if (local >= s_valid[i]) {  // padding row: zeros in every operand of the grouped-K GEMMs
+      const uint4 z = make_uint4(0, 0, 0, 0);
+      for (uint32_t v = lane_idx; v < hv; v += 32) {
+        recv_x[row * hv + v] = z;
+        recv_dy[row * hv + v] = z;
+      }
+      for (uint32_t v = lane_idx; v < iv; v += 32) {
+        act_w[row * iv + v] = z;
+        dh1[row * 2 * iv + 2 * v] = z;
+        dh1[row * 2 * iv + 2 * v + 1] = z;
+      }
+      continue;
+    }
+    const float w = __ldcg(recv_w + row);
+    float dot = 0.0f;
+    for (uint32_t v = lane_idx; v < iv; v += 32) {
+      const uint4 graw = __ldcg(h1 + row * 2 * iv + 2 * v), uraw = __ldcg(h1 + row * 2 * iv + 2 * v + 1);
+      const uint4 draw = __ldcg(dap + row * iv + v);
+      const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&graw);
+      const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uraw);
+      const __nv_bfloat16* db = reinterpret_cast<const __nv_bfloat16*>(&draw);
+      uint4 dg_out, du_out, aw_out;
+      __nv_bfloat16* dgo = reinterpret_cast<__nv_bfloat16*>(&dg_out);
+      __nv_bfloat16* duo = reinterpret_cast<__nv_bfloat16*>(&du_out);
+      __nv_bfloat16* awo = reinterpret_cast<__nv_bfloat16*>(&aw_out);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const float g = __bfloat162float(gb[q]), u = __bfloat162float(ub[q]), da = __bfloat162float(db[q]);
+        const float sg = 1.0f / (1.0f + expf(-g)), silu = g * sg, act = silu * u;
+        dot += da * act;
+        const float dA = w * da;
+        dgo[q] = __float2bfloat16_rn(dA * u * sg * (1.0f + g * (1.0f - sg)));
+        duo[q] = __float2bfloat16_rn(dA * silu);
+        awo[q] = __float2bfloat16_rn(w * act);
+      }
+      dh1[row * 2 * iv + 2 * v] = dg_out;
+      dh1[row * 2 * iv + 2 * v + 1] = du_out;
+      act_w[row * iv + v] = aw_out;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (lane_idx == 0) recv_dw[row] = dot;
+  }
+}
+
 }  // namespace moe_detail
 
 __device__ __forceinline__ void moe_task_device(const plan::Task& t, const runtime::TaskContext& ctx, char* smem,
@@ -235,6 +353,7 @@ __device__ __forceinline__ void moe_task_device(const plan::Task& t, const runti
     case plan::TaskKind::kMoeOffsets: moe_detail::offsets(t, a, ctx, smem, num_threads); break;
     case plan::TaskKind::kMoeDispatch: moe_detail::dispatch(t, a, ctx, num_threads); break;
     case plan::TaskKind::kMoeCombine: moe_detail::combine(t, a, ctx, num_threads); break;
+    case plan::TaskKind::kMoeSwigluBackward: moe_detail::swiglu_backward(t, a, ctx, smem, num_threads); break;
     default: break;
   }
 }

@@ -19,6 +19,31 @@
 //   kOut     [rows_max, H]     bf16   w · act · down                      (GEMM2's C)
 // rows_max = W * T * k (every token of every rank routed here: no token is ever dropped).
 //
+// Backward (MoeConfig::backward; flag kMoeFlagBackward in the payload), extra buffers per rank:
+//   kDy      [T, H]            bf16   upstream gradient dy
+//   kDx      [T, H]            bf16   dx (k slot terms summed in slot order in fp32)
+//   kDWeights[T, k]            fp32   d weights[t, j] = <dy_t · down_eᵀ, act>  (0 for dropped slots)
+//   kDGateUp [L, H, 2I]        bf16   dGU, SwiGLU-interleaved like kGateUp
+//   kDDown   [L, I, H]         bf16   dD
+//   kRecvDy  [rows_pad, H]     bf16   received dy rows (same rows as kRecvX)
+//   kH1      [rows_pad, 2I]    bf16   recomputed pre-activation recv_x · gate_up (interleaved)
+//   kDAct    [rows_pad, I]     bf16   dA' = recv_dy · downᵀ (not scaled by w)
+//   kDH1     [rows_pad, 2I]    bf16   dH1 = SwiGLU'(h1) ⊙ (w · dA'), interleaved
+//   kRecvDw  [rows_pad]        fp32   <dA', act> per received row (the router-weight gradient)
+//   and reused:  kAct = w · act [rows_pad, I] (dD's A operand), kOut = dX rows [rows_pad, H].
+// rows_pad = W T k + L (kMoeRowAlign - 1): with kMoeFlagBackward the offsets task pads every
+// group's first row to a multiple of kMoeRowAlign = 64 (the GEMM k block), and the SwiGLU-backward
+// task writes ZEROS into the padding rows of every operand of the grouped-K weight-gradient GEMMs
+// (recv_x, recv_dy, act, dH1), so a k block that runs past a group's end adds nothing.
+//
+//   swiglu_backward(d, slots [a, a + b)): slots as the grouped GEMMs number them (group-major
+//                128-row blocks, from group_m); for each row of group g in the slot with
+//                i = row - group_offset[g] < group_m[g]:
+//                  gate, up from h1; s = sigmoid(gate); act = gate s up; dot = Σ_c dA'[c] act[c]
+//                  recv_dw = dot; dA = w dA'; dgate = dA up s (1 + gate (1 - s)); dup = dA gate s
+//                  act_w = w act;  dH1 = (dgate, dup) interleaved
+//                and for the padding rows i in [group_m[g], round_up(group_m[g], 64)): zeros.
+//
 // Tasks:
 //   route(s):    cnt[e] = #entries of s for e; pos[t k + j] = rank of (t, j) among s's entries for
 //                the same expert, stable (t-major, then j); perm[start[e] + pos] = t k + j. Pushes
@@ -55,17 +80,33 @@ enum MoeBufferId : uint16_t {
   kMoeRecvW,
   kMoeAct,
   kMoeOut,
+  kMoeDy,
+  kMoeDx,
+  kMoeDWeights,
+  kMoeDGateUp,
+  kMoeDDown,
+  kMoeRecvDy,
+  kMoeH1,
+  kMoeDAct,
+  kMoeDH1,
+  kMoeRecvDw,
   kMoeNumBuffers,
 };
 
 inline constexpr uint32_t kMaxTopK = 16;     // slots per token
 inline constexpr uint32_t kMaxMoeExperts = 256;  // E (route's prefix: 8 experts per lane)
+inline constexpr int32_t kMoeRowAlign = 64;        // backward: group offsets padded to the GEMM k block
+inline constexpr uint32_t kMoeFlagBackward = 1u;   // MoeArgs::flags, see above
+inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per task
 
 // Payload of every MoE kind (a, b, c: kind-specific, see above).
 //   route: -            offsets: -
 //   dispatch: a = destination rank d | slice << 16 | num_slices << 24 (rows i % num_slices == slice;
 //             num_slices 0 means 1), b = first expert (global id), c = one past the last
 //   combine:  b = first token, c = one past the last token
+//   swiglu_backward: a = first slot, b = number of slots (<= kMoeSlotsPerTaskMax)
+// flags (kMoeFlagBackward): offsets pad group offsets; dispatch also moves dy rows; combine sums
+// kOut into kDx and gathers kRecvDw into kDWeights.
 struct MoeArgs {
   uint32_t tokens;        // T
   uint32_t hidden;        // H
@@ -74,12 +115,14 @@ struct MoeArgs {
   uint16_t local_experts; // L = E / W
   uint16_t world;         // W
   uint32_t a, b, c;
+  uint32_t intermediate;  // I (swiglu_backward)
+  uint32_t flags;
 };
 static_assert(sizeof(MoeArgs) <= plan::kTaskArgWords * 4);
 
 KOSMOS_HOST_DEVICE inline bool is_moe_kind(plan::TaskKind k) {
   return k == plan::TaskKind::kMoeRoute || k == plan::TaskKind::kMoeOffsets || k == plan::TaskKind::kMoeDispatch ||
-         k == plan::TaskKind::kMoeCombine;
+         k == plan::TaskKind::kMoeCombine || k == plan::TaskKind::kMoeSwigluBackward;
 }
 
 // Host body of any MoE kind (CPU executor). `buffer(b, rank)` resolves buffer b of rank.

@@ -1,9 +1,10 @@
 // kosmos::Gemm: the one-op plan. Buffers A, B, C (and row_scale) are external; tasks are runs of
-// tiles down M, n-block major, so CTAs running at the same time share B column blocks in L2.
+// tiles in the claim order ops::plan_gemm_runs picks for L2 reuse (gemm_raster.h).
 #include "kosmos/gemm.h"
 
 #include <cuda_runtime_api.h>
 
+#include "ops/gemm_raster.h"
 #include "ops/op_runner.h"
 
 namespace kosmos {
@@ -46,6 +47,7 @@ struct Gemm::Impl {
   GemmArguments args;
   kernels::gemm::GemmParams shape;
   uint32_t run = 1;
+  std::string raster;
   int num_sms = 132;
 };
 
@@ -62,7 +64,10 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   const auto& p = impl->shape;
   const int ctas = d.num_sms;  // one op CTA per SM (228 KB of shared memory each)
   impl->num_sms = d.num_sms;
-  impl->run = ops::choose_run_length(p.num_m_tiles, p.num_n_tiles, ctas);
+  ops::RasterChoice choice;
+  const std::vector<ops::GemmRun> runs = ops::plan_gemm_runs(ops::raster_problem(p, 0, p.num_m_tiles, ctas), &choice);
+  impl->run = choice.run;
+  impl->raster = choice.describe();
 
   plan::PlanBuilder b(1, "gemm");
   const uint64_t a_bytes = 1, b_bytes = 1, c_bytes = 1;  // external: sizes are the caller's
@@ -70,11 +75,7 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   b.add_buffer("B", b_bytes, true);
   b.add_buffer("C", c_bytes, true);
   if (args.row_scale) b.add_buffer("row_scale", 1, true);
-  for (int n = 0; n < p.num_n_tiles; ++n)
-    for (int m = 0; m < p.num_m_tiles; m += int(impl->run)) {
-      const uint32_t count = std::min<uint32_t>(impl->run, uint32_t(p.num_m_tiles - m));
-      b.add_task(plan::TaskKind::kGemmTile, 0, kernels::gemm::GemmTileArgs{0, uint32_t(m), uint32_t(n), count, {}});
-    }
+  for (const ops::GemmRun& r : runs) b.add_task(plan::TaskKind::kGemmTile, 0, ops::tile_args(0, r));
   plan::Plan pl;
   KOSMOS_RETURN_IF_ERROR(b.build(&pl));
 
@@ -127,6 +128,7 @@ Status Gemm::finish(cudaStream_t stream) { return impl_->runner->finish(stream);
 size_t Gemm::num_tasks() const { return impl_->runner->plan().tasks.size(); }
 int Gemm::tile_n() const { return kernels::gemm::gemm_block_n(impl_->shape.tile_shape); }
 uint32_t Gemm::run_length() const { return impl_->run; }
+const std::string& Gemm::raster() const { return impl_->raster; }
 
 Status gemm(const GemmArguments& args, cudaStream_t stream) {
   std::unique_ptr<Gemm> g;

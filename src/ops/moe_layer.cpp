@@ -29,6 +29,7 @@
 
 #include "kernels/gemm/gemm_host.h"
 #include "kernels/moe_tasks.h"
+#include "ops/moe_plan.h"
 #include "ops/op_runner.h"
 #include "ops/rank_buffers.h"
 
@@ -40,7 +41,12 @@ static_assert(uint32_t(MoeBuffer::kX) == kernels::kMoeX && uint32_t(MoeBuffer::k
               uint32_t(MoeBuffer::kCounts) == kernels::kMoeCounts && uint32_t(MoeBuffer::kRoute) == kernels::kMoeRoute &&
               uint32_t(MoeBuffer::kLayout) == kernels::kMoeLayout && uint32_t(MoeBuffer::kRecvX) == kernels::kMoeRecvX &&
               uint32_t(MoeBuffer::kRecvW) == kernels::kMoeRecvW && uint32_t(MoeBuffer::kAct) == kernels::kMoeAct &&
-              uint32_t(MoeBuffer::kOut) == kernels::kMoeOut && uint32_t(MoeBuffer::kCount) == kernels::kMoeNumBuffers,
+              uint32_t(MoeBuffer::kOut) == kernels::kMoeOut && uint32_t(MoeBuffer::kDy) == kernels::kMoeDy &&
+              uint32_t(MoeBuffer::kDx) == kernels::kMoeDx && uint32_t(MoeBuffer::kDWeights) == kernels::kMoeDWeights &&
+              uint32_t(MoeBuffer::kDGateUp) == kernels::kMoeDGateUp && uint32_t(MoeBuffer::kDDown) == kernels::kMoeDDown &&
+              uint32_t(MoeBuffer::kRecvDy) == kernels::kMoeRecvDy && uint32_t(MoeBuffer::kH1) == kernels::kMoeH1 &&
+              uint32_t(MoeBuffer::kDAct) == kernels::kMoeDAct && uint32_t(MoeBuffer::kDH1) == kernels::kMoeDH1 &&
+              uint32_t(MoeBuffer::kRecvDw) == kernels::kMoeRecvDw && uint32_t(MoeBuffer::kCount) == kernels::kMoeNumBuffers,
               "MoeBuffer must list the buffers in the kernels' order");
 
 const char* to_string(MoeBuffer b) {
@@ -58,6 +64,16 @@ const char* to_string(MoeBuffer b) {
     case MoeBuffer::kRecvW: return "recv_w";
     case MoeBuffer::kAct: return "act";
     case MoeBuffer::kOut: return "out";
+    case MoeBuffer::kDy: return "dy";
+    case MoeBuffer::kDx: return "dx";
+    case MoeBuffer::kDWeights: return "d_weights";
+    case MoeBuffer::kDGateUp: return "d_gate_up";
+    case MoeBuffer::kDDown: return "d_down";
+    case MoeBuffer::kRecvDy: return "recv_dy";
+    case MoeBuffer::kH1: return "h1";
+    case MoeBuffer::kDAct: return "d_act";
+    case MoeBuffer::kDH1: return "d_h1";
+    case MoeBuffer::kRecvDw: return "recv_dw";
     case MoeBuffer::kCount: break;
   }
   return "unknown";
@@ -65,7 +81,10 @@ const char* to_string(MoeBuffer b) {
 
 MoeBufferInfo moe_buffer_info(const MoeConfig& c, MoeBuffer b) {
   const int64_t W = c.world, T = c.tokens, H = c.hidden, I = c.intermediate, E = c.num_experts, k = c.top_k;
-  const int64_t L = W > 0 ? E / W : 0, rows_max = W * T * k;
+  const int64_t L = W > 0 ? E / W : 0;
+  // The backward pads every group's first receive row to a multiple of 64 (ops/moe_plan.h).
+  const int64_t rows_max = c.backward && W > 0 ? ops::moe::backward_rows(c) : W * T * k;
+  const int64_t bw = c.backward ? 1 : 0;  // backward-only buffers have 0 bytes without it
   switch (b) {
     case MoeBuffer::kX: return {T, H, 2};
     case MoeBuffer::kIds: return {T, k, 4};
@@ -80,6 +99,16 @@ MoeBufferInfo moe_buffer_info(const MoeConfig& c, MoeBuffer b) {
     case MoeBuffer::kRecvW: return {rows_max, 1, 4};
     case MoeBuffer::kAct: return {rows_max, I, 2};
     case MoeBuffer::kOut: return {rows_max, H, 2};
+    case MoeBuffer::kDy: return {bw * T, H, 2};
+    case MoeBuffer::kDx: return {bw * T, H, 2};
+    case MoeBuffer::kDWeights: return {bw * T, k, 4};
+    case MoeBuffer::kDGateUp: return {bw * L * H, 2 * I, 2};
+    case MoeBuffer::kDDown: return {bw * L * I, H, 2};
+    case MoeBuffer::kRecvDy: return {bw * rows_max, H, 2};
+    case MoeBuffer::kH1: return {bw * rows_max, 2 * I, 2};
+    case MoeBuffer::kDAct: return {bw * rows_max, I, 2};
+    case MoeBuffer::kDH1: return {bw * rows_max, 2 * I, 2};
+    case MoeBuffer::kRecvDw: return {bw * rows_max, 1, 4};
     case MoeBuffer::kCount: break;
   }
   return {};
@@ -101,14 +130,7 @@ using plan::TaskKind;
 constexpr int kBM = kernels::gemm::kGemmBlockM;
 enum Phase { kPhaseRoute, kPhaseOffsets, kPhaseDispatch, kPhaseGemm1, kPhaseGemm2, kPhaseCombine, kNumPhases };
 
-struct TaskRec {
-  TaskKind kind = TaskKind::kNop;
-  uint32_t rank = 0;
-  uint32_t args[plan::kTaskArgWords] = {};
-  std::vector<plan::Wait> waits;
-  std::vector<plan::Signal> signals;
-  int phase = 0;
-};
+using ops::moe::TaskRec;
 
 Status validate(const MoeConfig& c) {
   KOSMOS_CHECK(c.world >= 1 && c.world <= int(ops::kMaxGemmProblems / 2), "MoE world = ", c.world, ", expected 1..",
@@ -127,6 +149,12 @@ Status validate(const MoeConfig& c) {
                ", expected 0 (chosen) or 1..255");
   KOSMOS_CHECK(int64_t(c.world) * c.tokens * c.top_k < (int64_t(1) << 31), "MoE receive rows W*T*k = ",
                int64_t(c.world) * c.tokens * c.top_k, " exceed 2^31");
+  if (c.backward) {
+    KOSMOS_CHECK(c.world <= int(ops::kMaxGemmProblems / 5), "MoE backward world = ", c.world, ", expected 1..",
+                 ops::kMaxGemmProblems / 5, " (five grouped GEMMs per rank in one launch)");
+    KOSMOS_CHECK(ops::moe::backward_rows(c) < (int64_t(1) << 31), "MoE backward receive rows W*T*k + 63*E/W = ",
+                 ops::moe::backward_rows(c), " exceed 2^31");
+  }
   return Status::ok();
 }
 
@@ -140,8 +168,69 @@ struct MoeLayer::Impl {
   std::unique_ptr<ops::OpRunner> fused;
   std::vector<std::unique_ptr<ops::OpRunner>> unfused;  // one per phase
   size_t tasks_fused = 0, tasks_unfused = 0;
+  std::unique_ptr<ops::OpRunner> backward_fused;                 // cfg.backward only
+  std::vector<std::unique_ptr<ops::OpRunner>> backward_unfused;  // one per phase
+  size_t backward_tasks_fused = 0, backward_tasks_unfused = 0;
   std::string summary;
 };
+
+namespace {
+
+// The fused runner (every wait and signal: one launch) and the unfused composition (one runner
+// per phase, no counters, GEMM wait rules cleared) of one direction, bound to the layer's buffers.
+Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, const DistributedContext* dist,
+                    const ops::RankBuffers& mem, std::unique_ptr<ops::OpRunner>* fused,
+                    std::vector<std::unique_ptr<ops::OpRunner>>* unfused, size_t* tasks_fused, size_t* tasks_unfused) {
+  const uint32_t W = uint32_t(cfg.world), nb = uint32_t(MoeBuffer::kCount);
+  auto build = [&](int phase, plan::Plan* p) -> Status {  // phase < 0: fused
+    plan::PlanBuilder b(W, phase < 0 ? dp.name : dp.name + "_phase" + std::to_string(phase));
+    for (uint32_t i = 0; i < nb; ++i) b.add_buffer(to_string(MoeBuffer(i)), moe_buffer_info(cfg, MoeBuffer(i)).bytes(), true);
+    b.add_counters(dp.num_counters);
+    for (const TaskRec& t : dp.tasks) {
+      if (phase >= 0 && t.phase != phase) continue;
+      const uint32_t id = b.add_task(t.kind, t.rank);
+      b.set_args(id, t.args);
+      if (phase >= 0) continue;  // unfused: every edge crosses a launch boundary
+      for (const plan::Wait& w : t.waits) b.wait(id, w.counter, w.target);
+      for (const plan::Signal& s : t.signals) b.signal(id, s.rank, s.counter, s.amount);
+    }
+    return b.build(p);
+  };
+  ops::RunnerOptions ro;
+  ro.executor = cfg.cpu ? ops::ExecutorKind::kCpu : ops::ExecutorKind::kGpu;
+  ro.watchdog_seconds = cfg.watchdog_seconds;
+  ro.trace = cfg.trace;
+  ro.max_ctas = cfg.max_ctas;
+  ro.cpu_workers = 4;
+  auto make_runner = [&](const plan::Plan& full, bool keep_rules, std::unique_ptr<ops::OpRunner>* r) -> Status {
+    std::vector<ops::GemmProblemSpec> sp = dp.problems;
+    if (!keep_rules)
+      for (auto& s : sp) s.rule = ops::GemmWaitRule{};
+    // One rank per process: only this rank's tasks; peers' signals become external arrivals.
+    const plan::Plan p = dist ? plan::restrict_to_rank(full, uint32_t(dist->rank)) : full;
+    KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(p, sp, ro, r));
+    for (uint32_t b = 0; b < nb; ++b)
+      for (uint32_t rank = 0; rank < W; ++rank) KOSMOS_RETURN_IF_ERROR((*r)->bind(b, rank, mem.at(b, rank)));
+    if (dist) KOSMOS_RETURN_IF_ERROR(ops::use_symmetric_counters(**r, *dist, cfg.cpu));
+    return Status::ok();
+  };
+  plan::Plan pf;
+  KOSMOS_RETURN_IF_ERROR(build(-1, &pf));
+  *tasks_fused = pf.tasks.size();
+  KOSMOS_RETURN_IF_ERROR(make_runner(pf, true, fused));
+  *tasks_unfused = 0;
+  for (int ph = 0; ph < dp.num_phases; ++ph) {
+    plan::Plan pp;
+    KOSMOS_RETURN_IF_ERROR(build(ph, &pp));
+    *tasks_unfused += pp.tasks.size();
+    std::unique_ptr<ops::OpRunner> r;
+    KOSMOS_RETURN_IF_ERROR(make_runner(pp, false, &r));
+    unfused->push_back(std::move(r));
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 MoeLayer::~MoeLayer() = default;
 
@@ -149,6 +238,10 @@ Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) { re
 
 Status MoeLayer::plan_distributed(const MoeConfig& cfg, const DistributedContext& dist, std::unique_ptr<MoeLayer>* out) {
   KOSMOS_RETURN_IF_ERROR(ops::check_distributed(dist, cfg.world, "MoeLayer"));
+  // NOTE: the backward's tasks address peers only through the buffer table (as the forward's), but
+  // the one-rank-per-process backward has not been tested yet, so it is refused rather than guessed.
+  KOSMOS_CHECK_CODE(!cfg.backward, StatusCode::kUnavailable,
+                    "MoeLayer::plan_distributed: backward = true is not supported yet (virtual ranks only: MoeLayer::plan)");
   return plan_impl(cfg, &dist, out);
 }
 
@@ -314,59 +407,31 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     }
 
   // ---- plans: the fused one, and the six phases of the unfused composition ---------------------
-  auto build = [&](int phase, plan::Plan* p) -> Status {  // phase < 0: fused
-    plan::PlanBuilder b(W, phase < 0 ? "moe_forward" : "moe_forward_phase" + std::to_string(phase));
-    for (uint32_t i = 0; i < nb; ++i) b.add_buffer(to_string(MoeBuffer(i)), moe_buffer_info(cfg, MoeBuffer(i)).bytes(), true);
-    b.add_counters(c_next);
-    for (const TaskRec& t : tasks) {
-      if (phase >= 0 && t.phase != phase) continue;
-      const uint32_t id = b.add_task(t.kind, t.rank);
-      b.set_args(id, t.args);
-      if (phase >= 0) continue;  // unfused: every edge crosses a launch boundary
-      for (const plan::Wait& w : t.waits) b.wait(id, w.counter, w.target);
-      for (const plan::Signal& s : t.signals) b.signal(id, s.rank, s.counter, s.amount);
-    }
-    return b.build(p);
-  };
-  ops::RunnerOptions ro;
-  ro.executor = cfg.cpu ? ops::ExecutorKind::kCpu : ops::ExecutorKind::kGpu;
-  ro.watchdog_seconds = cfg.watchdog_seconds;
-  ro.trace = cfg.trace;
-  ro.max_ctas = cfg.max_ctas;
-  ro.cpu_workers = 4;
-  auto make_runner = [&](const plan::Plan& full, bool keep_rules, std::unique_ptr<ops::OpRunner>* r) -> Status {
-    std::vector<ops::GemmProblemSpec> sp = problems;
-    if (!keep_rules)
-      for (auto& s : sp) s.rule = ops::GemmWaitRule{};
-    // One rank per process: only this rank's tasks; peers' signals become external arrivals.
-    const plan::Plan p = dist ? plan::restrict_to_rank(full, uint32_t(dist->rank)) : full;
-    KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(p, sp, ro, r));
-    for (uint32_t b = 0; b < nb; ++b)
-      for (uint32_t rank = 0; rank < W; ++rank) KOSMOS_RETURN_IF_ERROR((*r)->bind(b, rank, impl->mem.at(b, rank)));
-    if (dist) KOSMOS_RETURN_IF_ERROR(ops::use_symmetric_counters(**r, *dist, cfg.cpu));
-    return Status::ok();
-  };
-  plan::Plan pf;
-  KOSMOS_RETURN_IF_ERROR(build(-1, &pf));
-  impl->tasks_fused = pf.tasks.size();
-  KOSMOS_RETURN_IF_ERROR(make_runner(pf, true, &impl->fused));
-  for (int ph = 0; ph < kNumPhases; ++ph) {
-    plan::Plan pp;
-    KOSMOS_RETURN_IF_ERROR(build(ph, &pp));
-    impl->tasks_unfused += pp.tasks.size();
-    std::unique_ptr<ops::OpRunner> r;
-    KOSMOS_RETURN_IF_ERROR(make_runner(pp, false, &r));
-    impl->unfused.push_back(std::move(r));
+  ops::moe::DirectionPlan fwd;
+  fwd.name = "moe_forward";
+  fwd.tasks = std::move(tasks);
+  fwd.problems = std::move(problems);
+  fwd.num_counters = c_next;
+  fwd.num_phases = kNumPhases;
+  KOSMOS_RETURN_IF_ERROR(
+      make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused, &impl->tasks_unfused));
+  std::string backward_summary;
+  if (cfg.backward) {
+    ops::moe::DirectionPlan bwd;
+    KOSMOS_RETURN_IF_ERROR(ops::moe::plan_backward(cfg, impl->mem, ctas, &bwd));
+    KOSMOS_RETURN_IF_ERROR(make_runners(bwd, cfg, dist, impl->mem, &impl->backward_fused, &impl->backward_unfused,
+                                        &impl->backward_tasks_fused, &impl->backward_tasks_unfused));
+    backward_summary = "; " + bwd.summary;
   }
   size_t kinds[32] = {};
-  for (const auto& t : pf.tasks) kinds[std::min<size_t>(size_t(t.kind), 31)]++;
+  for (const auto& t : fwd.tasks) kinds[std::min<size_t>(size_t(t.kind), 31)]++;
   std::ostringstream os;
-  os << "moe_forward W=" << W << " T=" << T << " H=" << H << " I=" << I << " E=" << E << " k=" << k << ": " << pf.tasks.size()
+  os << "moe_forward W=" << W << " T=" << T << " H=" << H << " I=" << I << " E=" << E << " k=" << k << ": " << impl->tasks_fused
      << " tasks (" << kinds[size_t(TaskKind::kMoeRoute)] << " route, " << kinds[size_t(TaskKind::kMoeOffsets)] << " offsets, "
      << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << epb << " experts x 1/" << num_slices << " of the rows each], "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << "; GEMM2 lag " << lag << " runs; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
-     << " tokens each]), " << pf.num_counters << " counters/rank";
+     << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;
   impl->summary = os.str();
   std::unique_ptr<MoeLayer> layer(new MoeLayer());
   layer->impl_ = std::move(impl);
@@ -391,15 +456,35 @@ Status MoeLayer::run_composition(bool fused, cudaStream_t stream) {
   return Status::ok();
 }
 
+Status MoeLayer::run_backward(cudaStream_t stream) { return run_backward_composition(impl_->cfg.fused, stream); }
+
+Status MoeLayer::run_backward_composition(bool fused, cudaStream_t stream) {
+  KOSMOS_CHECK(impl_->backward_fused != nullptr, "MoeLayer::run_backward: the layer was planned without "
+                                                 "MoeConfig::backward = true");
+  auto launch = [&](ops::OpRunner& r) -> Status {
+    if (impl_->distributed) KOSMOS_RETURN_IF_ERROR(impl_->dist.barrier(stream));
+    return r.run(stream);
+  };
+  if (fused) return launch(*impl_->backward_fused);
+  for (auto& r : impl_->backward_unfused) KOSMOS_RETURN_IF_ERROR(launch(*r));
+  return Status::ok();
+}
+
 Status MoeLayer::finish(cudaStream_t stream) {
   KOSMOS_RETURN_IF_ERROR(impl_->fused->finish(stream));
   for (auto& r : impl_->unfused) KOSMOS_RETURN_IF_ERROR(r->finish(stream));
+  if (impl_->backward_fused) KOSMOS_RETURN_IF_ERROR(impl_->backward_fused->finish(stream));
+  for (auto& r : impl_->backward_unfused) KOSMOS_RETURN_IF_ERROR(r->finish(stream));
   return Status::ok();
 }
 
 Status MoeLayer::read_trace(std::vector<runtime::TraceRecord>* out) const { return impl_->fused->read_trace(out); }
 
 size_t MoeLayer::num_tasks(bool fused) const { return fused ? impl_->tasks_fused : impl_->tasks_unfused; }
+
+size_t MoeLayer::num_backward_tasks(bool fused) const {
+  return fused ? impl_->backward_tasks_fused : impl_->backward_tasks_unfused;
+}
 
 std::string MoeLayer::describe() const { return impl_->summary; }
 

@@ -10,22 +10,6 @@
 
 namespace kosmos::ops {
 
-uint32_t choose_run_length(int64_t m_tiles, int64_t n_tiles, int ctas) {
-  // Minimise the makespan ceil(tasks / ctas) * run, preferring longer runs on ties (the engine
-  // overlaps the next tile's loads with the current epilogue inside a run).
-  uint32_t best = 1;
-  int64_t best_span = INT64_MAX;
-  for (int64_t run = 1; run <= std::min<int64_t>(m_tiles, 16); ++run) {
-    const int64_t tasks = n_tiles * ((m_tiles + run - 1) / run);
-    const int64_t span = ((tasks + ctas - 1) / ctas) * run;
-    if (span <= best_span) {
-      best_span = span;
-      best = uint32_t(run);
-    }
-  }
-  return best;
-}
-
 Status use_symmetric_counters(OpRunner& runner, const DistributedContext& dist, bool cpu) {
   const plan::Plan& p = runner.plan();
   std::vector<void*> peers;
@@ -80,7 +64,7 @@ Status OpRunner::create(const plan::Plan& plan, std::vector<GemmProblemSpec> pro
                                 [self](uint32_t b, uint32_t rank) { return self->cpu_->buffer(b, rank); });
     });
     for (plan::TaskKind k : {plan::TaskKind::kMoeRoute, plan::TaskKind::kMoeOffsets, plan::TaskKind::kMoeDispatch,
-                             plan::TaskKind::kMoeCombine})
+                             plan::TaskKind::kMoeCombine, plan::TaskKind::kMoeSwigluBackward})
       r->cpu_->set_host_body(k, [self](const plan::Task& t, runtime::HostTaskContext&) {
         kernels::moe_task_host(
             t, [](const void* c, uint32_t b, uint32_t rank) { return static_cast<const OpRunner*>(c)->cpu_->buffer(b, rank); },

@@ -11,6 +11,7 @@
 #include "kosmos/distributed.h"
 #include "kosmos/runtime.h"
 #include "ops/gemm_body.h"
+#include "ops/gemm_raster.h"
 
 namespace kosmos::ops {
 
@@ -67,17 +68,6 @@ class OpRunner {
   bool dirty_ = true;
 };
 
-// Adds the tasks of one GEMM problem to a plan: runs of `run_length` tiles down M, n-block major
-// (tiles of one run share their B column block), in the order given by `m_order` (m-block
-// indices; empty = 0..num_m_tiles-1). Each task gets the deferred waits its rule implies and, per
-// tile, the signals `signal(m_block, n_block)` returns (appended by the caller's callback).
-struct GemmTaskOptions {
-  uint32_t problem = 0;
-  uint32_t run_length = 0;  // 0: chosen from the tile count and `ctas`
-  int ctas = 132;
-  std::vector<uint32_t> m_order;
-};
-uint32_t choose_run_length(int64_t m_tiles, int64_t n_tiles, int ctas);
 
 // One rank per process: allocates the runner's counters in symmetric memory through `dist` and
 // points its executor at them (.sys scope on the GPU; shared atomics on the CPU executor).

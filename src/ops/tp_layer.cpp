@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "kernels/reduce_tile.h"
+#include "ops/gemm_raster.h"
 #include "ops/op_runner.h"
 #include "ops/rank_buffers.h"
 
@@ -151,30 +152,34 @@ class TpPlanner {
     if (!st) return Status(st.code(), std::string(to_string(c_.op)) + " GEMM on rank " + std::to_string(rank) + ": " + st.message());
     *ref = GemmRef{uint32_t(problems_.size()), p.num_m_tiles, p.num_n_tiles, kernels::gemm::gemm_block_n(p.tile_shape), phase};
     problems_.push_back(s);
+    shapes_.push_back(p);
     phases_.push_back(phase);
     return Status::ok();
   }
 
-  // GEMM tasks over m-blocks [mb0, mb1), runs down M, n-block major. `deferred` lists the
-  // counters every task of this range waits on inside its pipeline; `per_tile_signal` adds
-  // signals for tile (mb, nb).
+  // The tasks of m blocks [mb0, mb1) of one GEMM, in the claim order ops::plan_gemm_runs picks for
+  // L2 reuse (runs down M or along N). Deferred waits: `deferred` on every task, plus with
+  // deferred_per_mblock one per m block the run covers (counter deferred_base + m block).
   template <class SignalFn>
-  void gemm_tasks(const GemmRef& g, uint32_t rank, int mb0, int mb1, uint32_t run, const std::vector<uint32_t>& deferred,
+  void gemm_tasks(const GemmRef& g, uint32_t rank, int mb0, int mb1, const std::vector<uint32_t>& deferred,
                   bool deferred_per_mblock, uint32_t deferred_base, SignalFn&& per_tile_signal) {
     mb1 = std::min(mb1, g.m_tiles);
-    for (int nb = 0; nb < g.n_tiles; ++nb)
-      for (int mb = mb0; mb < mb1; mb += int(run)) {
-        const uint32_t count = std::min<uint32_t>(run, uint32_t(mb1 - mb));
-        TaskRec t(plan::TaskKind::kGemmTile, rank);
-        GemmTileArgs a{g.problem, uint32_t(mb), uint32_t(nb), count, {}};
-        std::memcpy(t.args, &a, sizeof(a));
-        for (uint32_t w : deferred) t.waits.push_back({w, plan::kWaitAll | plan::kDeferredWait});
-        if (deferred_per_mblock)
-          for (uint32_t i = 0; i < count; ++i) t.waits.push_back({deferred_base + mb + i, plan::kWaitAll | plan::kDeferredWait});
-        for (uint32_t i = 0; i < count; ++i) per_tile_signal(t, mb + int(i), nb);
-        t.phase = g.phase;
-        tasks_.push_back(std::move(t));
-      }
+    if (mb1 <= mb0) return;
+    ops::RasterProblem rp = ops::raster_problem(shapes_[g.problem], mb0, mb1, ctas_);
+    rp.share_ctas = std::max(1, ctas_ / W_);
+    for (const ops::GemmRun& run : ops::plan_gemm_runs(rp)) {
+      TaskRec t(plan::TaskKind::kGemmTile, rank);
+      const GemmTileArgs a = ops::tile_args(g.problem, run);
+      std::memcpy(t.args, &a, sizeof(a));
+      for (uint32_t w : deferred) t.waits.push_back({w, plan::kWaitAll | plan::kDeferredWait});
+      const uint32_t m_blocks = run.along_n ? 1 : run.count;
+      if (deferred_per_mblock)
+        for (uint32_t i = 0; i < m_blocks; ++i) t.waits.push_back({deferred_base + run.tile_m + i, plan::kWaitAll | plan::kDeferredWait});
+      for (uint32_t i = 0; i < run.count; ++i)
+        per_tile_signal(t, int(run.tile_m) + (run.along_n ? 0 : int(i)), int(run.tile_n) + (run.along_n ? int(i) : 0));
+      t.phase = g.phase;
+      tasks_.push_back(std::move(t));
+    }
   }
 
   // All-gather step k: every destination r receives chunk (r + k) % W of `src` into `dst`.
@@ -222,11 +227,11 @@ class TpPlanner {
   }
 
   // Partial-product tiles of rank s for owner o's rows; each tile signals its owners' counters.
-  void partial_owner(int o, const GemmRef& g, uint32_t s, uint32_t run, uint32_t rs_base) {
+  void partial_owner(int o, const GemmRef& g, uint32_t s, uint32_t rs_base) {
     // A block straddling two owners is computed in the first owner's step (chunk_blocks' rule).
     const int first = int((int64_t(o) * R_ + kBM - 1) / kBM);
     const int last = o == W_ - 1 ? g.m_tiles : int((int64_t(o + 1) * R_ + kBM - 1) / kBM);
-    gemm_tasks(g, s, first, last, run, {}, false, 0, [&](TaskRec& t, int mb, int nb) {
+    gemm_tasks(g, s, first, last, {}, false, 0, [&](TaskRec& t, int mb, int nb) {
       const int64_t row0 = int64_t(mb) * kBM, row1 = std::min<int64_t>(c_.m, row0 + kBM);
       for (int64_t owner = row0 / R_; owner < W_ && owner * R_ < row1; ++owner)
         t.signals.push_back({uint32_t(rs_base + mb * g.n_tiles + nb), uint16_t(owner), 1});
@@ -270,9 +275,6 @@ class TpPlanner {
     num_counters_ += n;
     return base;
   }
-  uint32_t run_for(const GemmRef& g, int m_tiles) const {
-    return ops::choose_run_length(m_tiles, g.n_tiles, std::max(1, ctas_ / W_));
-  }
   int W() const { return W_; }
   int64_t R() const { return R_; }
   std::vector<TaskRec>& tasks() { return tasks_; }
@@ -284,6 +286,7 @@ class TpPlanner {
   int ctas_;
   uint32_t num_counters_ = 0;
   std::vector<ops::GemmProblemSpec> problems_;
+  std::vector<kernels::gemm::GemmParams> shapes_;  // per problem: tile counts, K, tile shape
   std::vector<int> phases_;
   std::vector<TaskRec> tasks_;
 };
@@ -306,7 +309,7 @@ Status plain_gemm(TpPlanner& P, TpBuffer a, bool a_col, TpBuffer b, bool b_t, Tp
                   int phase) {
   GemmRef g;
   KOSMOS_RETURN_IF_ERROR(P.add_problem(0, a, a_col, b, b_t, c, m, n, k, ops::GemmWaitRule{}, phase, &g));
-  P.gemm_tasks(g, 0, 0, g.m_tiles, P.run_for(g, g.m_tiles), {}, false, 0, [](TaskRec&, int, int) {});
+  P.gemm_tasks(g, 0, 0, g.m_tiles, {}, false, 0, [](TaskRec&, int, int) {});
   return Status::ok();
 }
 
@@ -345,13 +348,12 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
       ops::GemmWaitRule rule{ag, uint32_t(kBM), 0, 0};
       for (int r = 0; r < W; ++r)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, false, TpBuffer::kW, false, TpBuffer::kY, M, N / W, K, rule, 1, &g[r]));
-      const int chunk_tiles = int((R + kBM - 1) / kBM);
       P.allgather_step(0, TpBuffer::kX, TpBuffer::kGathered, K, ag);
       for (int k = 0; k < W; ++k) {
         if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kX, TpBuffer::kGathered, K, ag);
         for (int r = 0; r < W; ++r) {
           auto [b0, b1] = chunk_blocks((r + k) % W, W, R, g[r].m_tiles);
-          P.gemm_tasks(g[r], r, b0, std::max(b0, b1), P.run_for(g[r], chunk_tiles), {}, true, ag, no_signal);
+          P.gemm_tasks(g[r], r, b0, std::max(b0, b1), {}, true, ag, no_signal);
         }
       }
       return Status::ok();
@@ -364,9 +366,8 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
       for (int s = 0; s < W; ++s)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(s, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kPartial, M, N, K / W, none, 0, &g[s]));
       const uint32_t rs = P.counters(uint32_t(MB * g[0].n_tiles));
-      const uint32_t run = P.run_for(g[0], int((R + kBM - 1) / kBM));
       for (int o = 0; o < W; ++o) {
-        for (int s = 0; s < W; ++s) P.partial_owner(o, g[s], s, run, rs);
+        for (int s = 0; s < W; ++s) P.partial_owner(o, g[s], s, rs);
         if (o > 0) P.reduce_owner(o - 1, g[0], N, TpBuffer::kY, ar, rs);
       }
       P.reduce_owner(W - 1, g[0], N, TpBuffer::kY, ar, rs);
@@ -383,15 +384,14 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
       for (int r = 0; r < W; ++r)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N / W, M, rule, 1, &gw[r]));
       const uint32_t rs = P.counters(uint32_t(MB * gx[0].n_tiles));
-      const uint32_t run = P.run_for(gx[0], int((R + kBM - 1) / kBM));
       for (int o = 0; o < W; ++o) {
         P.allgather_step(o, TpBuffer::kX, TpBuffer::kGathered, K, ag);
-        for (int s = 0; s < W; ++s) P.partial_owner(o, gx[s], s, run, rs);
+        for (int s = 0; s < W; ++s) P.partial_owner(o, gx[s], s, rs);
         if (o > 0) P.reduce_owner(o - 1, gx[0], K, TpBuffer::kDX, false, rs);
       }
       P.reduce_owner(W - 1, gx[0], K, TpBuffer::kDX, false, rs);
       const std::vector<uint32_t> all = counter_range(ag, MB);
-      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, P.run_for(gw[r], gw[r].m_tiles), all, false, 0, no_signal);
+      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, all, false, 0, no_signal);
       return Status::ok();
     }
     case TpOp::kRowParallelBwd: {
@@ -404,17 +404,16 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, false, TpBuffer::kW, true, TpBuffer::kDX, M, K / W, N, mrule, 1, &gx[r]));
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kX, true, TpBuffer::kGathered, false, TpBuffer::kDW, K / W, N, M, krule, 1, &gw[r]));
       }
-      const int chunk_tiles = int((R + kBM - 1) / kBM);
       P.allgather_step(0, TpBuffer::kDY, TpBuffer::kGathered, N, ag);
       for (int k = 0; k < W; ++k) {
         if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kDY, TpBuffer::kGathered, N, ag);
         for (int r = 0; r < W; ++r) {
           auto [b0, b1] = chunk_blocks((r + k) % W, W, R, gx[r].m_tiles);
-          P.gemm_tasks(gx[r], r, b0, std::max(b0, b1), P.run_for(gx[r], chunk_tiles), {}, true, ag, no_signal);
+          P.gemm_tasks(gx[r], r, b0, std::max(b0, b1), {}, true, ag, no_signal);
         }
       }
       const std::vector<uint32_t> all = counter_range(ag, MB);
-      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, P.run_for(gw[r], gw[r].m_tiles), all, false, 0, no_signal);
+      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, all, false, 0, no_signal);
       return Status::ok();
     }
   }

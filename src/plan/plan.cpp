@@ -27,6 +27,7 @@ const char* to_string(TaskKind kind) {
     case TaskKind::kMoeOffsets: return "moe_offsets";
     case TaskKind::kMoeDispatch: return "moe_dispatch";
     case TaskKind::kMoeCombine: return "moe_combine";
+    case TaskKind::kMoeSwigluBackward: return "moe_swiglu_backward";
     case TaskKind::kNumKinds: break;
   }
   return "unknown";

@@ -126,9 +126,23 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   } else {
     ldb_group = b_rows * d.ldb;
   }
+  if (d.grouped_k) {
+    KOSMOS_CHECK(d.num_groups > 0, "grouped-K GEMM needs num_groups >= 1, got ", d.num_groups);
+    KOSMOS_CHECK(d.a_col_major && !d.b_transposed,
+                 "grouped-K GEMM needs A col-major [k, m] and B row-major [k, n] (got a_col_major = ", d.a_col_major,
+                 ", b_transposed = ", d.b_transposed, ")");
+    KOSMOS_CHECK((d.epilogue & (kGemmEpiSwiGLU | kGemmEpiRowScale)) == 0,
+                 "grouped-K GEMM supports the store and accumulate epilogues only, got flags 0x", std::hex, d.epilogue);
+    KOSMOS_CHECK(int64_t(d.num_groups) * d.m < (int64_t(1) << 31), "grouped-K GEMM output rows num_groups * m = ",
+                 int64_t(d.num_groups) * d.m, " must be < 2^31");
+    groups = 1;  // B is one [K_total, N] matrix; the groups are K row ranges of it
+    ldb_group = b_rows * d.ldb;
+  }
 
   GemmTileShape shape = d.tile_shape;
-  if (shape == GemmTileShape::kAuto) shape = choose_tile_shape(d.m, d.n, d.k, d.num_groups, d.num_sms);
+  if (shape == GemmTileShape::kAuto)
+    shape = d.grouped_k ? choose_tile_shape(d.num_groups * ceil_div(d.m, kGemmBlockM) * kGemmBlockM, d.n, d.k, 0, d.num_sms)
+                        : choose_tile_shape(d.m, d.n, d.k, d.num_groups, d.num_sms);
   KOSMOS_CHECK(shape == GemmTileShape::k128x256 || shape == GemmTileShape::k128x128 ||
                    shape == GemmTileShape::k128x64,
                "GEMM tile_shape = ",
@@ -148,9 +162,11 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   p.k = static_cast<int32_t>(d.k);
   p.num_groups = d.num_groups;
   p.epilogue = d.epilogue;
-  p.layout = (d.a_col_major ? kGemmAColMajor : 0u) | (d.b_transposed ? kGemmBTransposed : 0u);
+  p.layout = (d.a_col_major ? kGemmAColMajor : 0u) | (d.b_transposed ? kGemmBTransposed : 0u) |
+             (d.grouped_k ? kGemmGroupedK : 0u);
   p.tile_shape = shape;
-  p.num_m_tiles = static_cast<int32_t>(ceil_div(d.m, kGemmBlockM) + d.num_groups);
+  p.num_m_tiles = static_cast<int32_t>(d.grouped_k ? d.num_groups * ceil_div(d.m, kGemmBlockM)
+                                                   : ceil_div(d.m, kGemmBlockM) + d.num_groups);
   p.num_n_tiles = static_cast<int32_t>(ceil_div(d.n, bn));
 
   if (d.encode_tma) {
@@ -172,7 +188,51 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   return Status::ok();
 }
 
+namespace {
+
+// Grouped-K tile run (gemm_params.h): C[g * M + r, col] = Σ_{kk in group g's K rows} A[kk, r] · B[kk, col],
+// k in increasing order, fp32. Like the device it reads whole k blocks: the group's rows plus the
+// padding up to the next BK multiple (clipped at K_total, where TMA fills zeros), so a padding row
+// that is not zero shows up on the CPU executor too.
+void gemm_tile_host_grouped_k(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& args) {
+  const int bm = kGemmBlockM, bn = gemm_block_n(p.tile_shape);
+  const auto* a = static_cast<const uint16_t*>(d.a);
+  const auto* b = static_cast<const uint16_t*>(d.b);
+  auto* c = static_cast<uint16_t*>(d.c);
+  const int tiles_per_group = int(ceil_div(p.m, bm));
+  std::vector<float> acc(size_t(bm) * bn);
+  for (uint32_t i = 0; i < std::max(1u, args.count); ++i) {
+    const bool along_n = (args.flags & kGemmRunAlongN) != 0;
+    const int slot = int(args.tile_m + (along_n ? 0 : i));
+    if (slot >= p.num_m_tiles) break;
+    const int g = slot / tiles_per_group, m0 = (slot % tiles_per_group) * bm;
+    const int rows = std::min(bm, p.m - m0);
+    const int n0 = int(args.tile_n + (along_n ? i : 0)) * bn;
+    if (n0 >= p.n) break;
+    const int cols = std::min(bn, p.n - n0);
+    const int64_t k0 = d.group_offset[g], kg = d.group_m[g];
+    const int64_t k1 = std::min<int64_t>(k0 + ceil_div(kg, kGemmBlockK) * kGemmBlockK, p.k);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t kk = k0; kk < k1; ++kk)
+      for (int r = 0; r < rows; ++r) {
+        const float av = bf16_to_float(a[kk * d.lda + m0 + r]);
+        for (int cc = 0; cc < cols; ++cc) acc[size_t(r) * bn + cc] += av * bf16_to_float(b[kk * d.ldb + n0 + cc]);
+      }
+    for (int r = 0; r < rows; ++r) {
+      uint16_t* out = c + (int64_t(g) * p.m + m0 + r) * d.ldc + n0;
+      for (int cc = 0; cc < cols; ++cc) {
+        float v = acc[size_t(r) * bn + cc];
+        if (p.epilogue & kGemmEpiAccumulate) v += bf16_to_float(out[cc]);
+        out[cc] = float_to_bf16(v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& args) {
+  if (p.layout & kGemmGroupedK) return gemm_tile_host_grouped_k(d, p, args);
   const int bm = kGemmBlockM, bn = gemm_block_n(p.tile_shape);
   const auto* a = static_cast<const uint16_t*>(d.a);
   const auto* b = static_cast<const uint16_t*>(d.b);
@@ -182,7 +242,8 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
   const int64_t ldbg = d.num_groups > 0 && d.ldb_group != 0 ? d.ldb_group : b_rows * d.ldb;
   std::vector<float> acc(size_t(bm) * bn);
   for (uint32_t i = 0; i < std::max(1u, args.count); ++i) {
-    const int slot = int(args.tile_m + i);
+    const bool along_n = (args.flags & kGemmRunAlongN) != 0;
+    const int slot = int(args.tile_m + (along_n ? 0 : i));
     int a_row0 = 0, rows = 0, group = 0;
     if (p.num_groups == 0) {
       if (slot >= p.num_m_tiles) break;
@@ -204,7 +265,7 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
       }
       if (!found) break;
     }
-    const int n0 = int(args.tile_n) * bn;
+    const int n0 = int(args.tile_n + (along_n ? i : 0)) * bn;
     if (n0 >= p.n) break;
     const int cols = std::min(bn, p.n - n0);
     std::fill(acc.begin(), acc.end(), 0.0f);

@@ -35,6 +35,8 @@ struct GemmDesc {
   int64_t k = 0;
 
   int num_groups = 0;               // 0 = dense; grouped: 1..256
+  bool grouped_k = false;           // grouped problem whose K varies per group (gemm_params.h):
+                                    // m = M per group, k = K_total, group_m / group_offset = K rows
   const int* group_m = nullptr;     // [num_groups] device (host for the CPU executor)
   const int* group_offset = nullptr;
 

@@ -28,6 +28,18 @@
 // "slots": num_m_slots = ceil(m_total / BM) + G. A task carries a slot index in tile_m; the device
 // maps slot -> (group g, m block b) by a prefix sum over ceil(group_m[g] / BM) and the task
 // returns at once for slots past the end (sum of blocks). Slot order = group-major, then m block.
+//
+// Grouped-K GEMM (kGemmGroupedK, the weight gradients of a grouped layer, dW_g = X_gᵀ · dY_g):
+// G problems sharing M and N whose K varies per group. A is col-major, stored [K_total, M]
+// (lda >= M), B row-major [K_total, N] (ldb >= N): group g's K rows are rows
+// [group_offset[g], group_offset[g] + group_m[g]) of both (group_m = K per group here, read from
+// device memory when the tile runs). C is G stacked [M, n_out] blocks: group g's row r is C row
+// g * M + r. Tiles per group are fixed (ceil(M / BM) x ceil(N / BN), num_m_tiles = G * ceil(M / BM),
+// slot = g * ceil(M / BM) + m block); the k-loop runs ceil(group_m[g] / BK) blocks from
+// group_offset[g]; a group with group_m[g] == 0 stores zeros. NOTE: the last k block of a group
+// reads up to BK - 1 rows past its end; the caller guarantees those rows of A and B are ZERO
+// (offsets padded to multiples of BK with zero rows), so they add exactly nothing. Epilogue:
+// store or accumulate (no SwiGLU, no row scale); k = K_total (rows of A and B).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +57,7 @@ enum GemmEpilogueFlags : uint32_t {
 enum GemmLayoutFlags : uint32_t {
   kGemmAColMajor = 1u << 0,    // A stored [K, M]
   kGemmBTransposed = 1u << 1,  // B stored [N, K]
+  kGemmGroupedK = 1u << 2,     // grouped problem whose K (not M) varies per group, see above
 };
 
 // Tile shapes the engine is compiled for. BM = 128 and BK = 64 always; two consumer warpgroups
@@ -62,14 +75,20 @@ inline constexpr int gemm_block_n(GemmTileShape s) {
 }
 
 // Task payload (plan::Task::arg). A run of `count` tiles: (tile_m + i, tile_n) for i < count,
-// i.e. the run walks down M (grouped: consecutive slots), sharing the B column block. The tile
-// pipeline overlaps the loads of tile i+1 with the math and epilogue of tile i inside one run.
+// i.e. the run walks down M (grouped: consecutive slots), sharing the B column block; with
+// kGemmRunAlongN it is (tile_m, tile_n + i), sharing the A row block. The tile pipeline overlaps
+// the loads of tile i+1 with the math and epilogue of tile i inside one run. Which direction (and
+// the claim order of runs) is the planner's choice for L2 reuse: ops::plan_gemm_runs.
+enum GemmRunFlags : uint32_t {
+  kGemmRunAlongN = 1u << 0,
+};
 struct GemmTileArgs {
   uint32_t problem;  // index into the runtime's GemmParams array (the engine ignores it)
-  uint32_t tile_m;   // dense: m block; grouped: first m slot
+  uint32_t tile_m;   // dense: m block; grouped: first m slot; grouped-K: g * ceil(M / BM) + m block
   uint32_t tile_n;   // n block (in units of BN columns of B)
   uint32_t count;    // tiles in the run, >= 1
-  uint32_t reserved[4];
+  uint32_t flags;    // GemmRunFlags
+  uint32_t reserved[3];
 };
 static_assert(sizeof(GemmTileArgs) <= 40);
 
@@ -81,18 +100,19 @@ struct GemmParams {
   CUtensorMap tma_b;  // 3-D (.., .., group): [BN n, 64 k] or [64 k, 64 n] x BN/64 boxes
   void* c;            // bf16 [rows, ldc]
   const float* row_scale;    // [rows] fp32, kGemmEpiRowScale only
-  const int* group_m;        // [G] device, grouped only
-  const int* group_offset;   // [G] device, grouped only
+  const int* group_m;        // [G] device, grouped only (grouped-K: K of each group)
+  const int* group_offset;   // [G] device, grouped only (grouped-K: first K row of each group)
   int64_t ldc;               // elements
-  int32_t m;                 // dense: rows; grouped: m_total (rows of A and C)
+  int32_t m;                 // dense: rows; grouped: m_total (rows of A and C); grouped-K: M per group
   int32_t n;                 // columns of B
   int32_t n_out;             // columns of C (n, or n / 2 with SwiGLU)
-  int32_t k;
+  int32_t k;                 // grouped-K: K_total, the rows of A and B
   int32_t num_groups;        // 0 = dense
   uint32_t epilogue;         // GemmEpilogueFlags
   uint32_t layout;           // GemmLayoutFlags
   GemmTileShape tile_shape;
-  int32_t num_m_tiles;       // dense: ceil(m / BM); grouped: worst-case slots ceil(m / BM) + G
+  int32_t num_m_tiles;       // dense: ceil(m / BM); grouped: worst-case slots ceil(m / BM) + G;
+                             // grouped-K: G * ceil(m / BM)
   int32_t num_n_tiles;       // ceil(n / BN)
 };
 static_assert(sizeof(GemmParams) <= 2048);

@@ -136,11 +136,14 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 // Where tile i of a run lives. All fields are warp-uniform.
 struct TileCoord {
   bool valid;
-  int a_row0;  // first row of A / C of the tile
+  int a_row0;  // first row (M coordinate) of A of the tile
+  int c_row0;  // first row of C (= a_row0, except grouped-K: g * M + a_row0)
   int rows;    // valid rows (<= BM)
   int n0;      // first column of B
-  int group;   // B group (0 when dense)
-  int wait_m;  // m_block passed to the hook: dense m block, grouped group index
+  int group;   // B group (0 when dense and grouped-K)
+  int wait_m;  // m_block passed to the hook: dense m block, grouped (and grouped-K) group index
+  int k_base;  // first K row of the tile's k-loop (grouped-K: group_offset[g]; else 0)
+  int num_kb;  // k blocks of the tile (grouped-K: ceil(group_m[g] / BK), may be 0; else ceil(K / BK))
 };
 
 // Grouped: slot -> (group, m block) by a warp-wide prefix sum over ceil(group_m[g] / BM), 8 groups
@@ -195,8 +198,28 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
                                                   int lane_idx) {
   constexpr int kBM = kGemmBlockM;
   TileCoord t{};
-  t.n0 = static_cast<int>(a.tile_n) * kBN;
-  const int slot = static_cast<int>(a.tile_m) + i;
+  const bool along_n = (a.flags & kGemmRunAlongN) != 0;
+  t.n0 = (static_cast<int>(a.tile_n) + (along_n ? i : 0)) * kBN;
+  const int slot = static_cast<int>(a.tile_m) + (along_n ? 0 : i);
+  t.k_base = 0;
+  t.num_kb = (p.k + kGemmBlockK - 1) / kGemmBlockK;
+  if (p.layout & kGemmGroupedK) {
+    const int tiles_per_group = (p.m + kBM - 1) / kBM;
+    t.valid = slot < p.num_m_tiles;
+    const int g = t.valid ? slot / tiles_per_group : 0;
+    t.a_row0 = (slot - g * tiles_per_group) * kBM;
+    t.c_row0 = g * p.m + t.a_row0;
+    t.rows = min(kBM, p.m - t.a_row0);
+    t.group = 0;
+    t.wait_m = g;
+    if (t.valid) {
+      t.k_base = __ldcg(p.group_offset + g);
+      const int kg = __ldcg(p.group_m + g);
+      t.num_kb = kg > 0 ? (kg + kGemmBlockK - 1) / kGemmBlockK : 0;
+    }
+    t.valid = t.valid && t.n0 < p.n;
+    return t;
+  }
   if (p.num_groups == 0) {
     t.valid = slot < p.num_m_tiles;
     t.a_row0 = slot * kBM;
@@ -215,6 +238,7 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
     t.group = g;
     t.wait_m = g;
   }
+  t.c_row0 = t.a_row0;
   t.valid = t.valid && t.n0 < p.n;
   return t;
 }
@@ -274,7 +298,7 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       const int r = row_base + lane_idx / 4 + 8 * rr;
-      if (r < t.rows) scale[rr] = __ldg(p.row_scale + t.a_row0 + r);
+      if (r < t.rows) scale[rr] = __ldg(p.row_scale + t.c_row0 + r);
     }
   }
   const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(warp_stage));
@@ -311,7 +335,7 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
       const int r = row_base + row;
       const int col = col_base + 8 * (q * kNB + jj);
       if (r < t.rows && col < p.n_out) {
-        __nv_bfloat16* dst = c + static_cast<int64_t>(t.a_row0 + r) * p.ldc + col;
+        __nv_bfloat16* dst = c + static_cast<int64_t>(t.c_row0 + r) * p.ldc + col;
         if (col + 8 <= p.n_out) {
           *reinterpret_cast<uint4*>(dst) = v;
         } else {
@@ -346,7 +370,6 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   const int warp_idx = thread_idx / 32;
   const int lane_idx = thread_idx % 32;
   const int wg_idx = thread_idx / 128;
-  const int num_kb = (p.k + kBK - 1) / kBK;
   const int count = static_cast<int>(a.count);
 
   if (thread_idx == 0) {
@@ -369,7 +392,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
         if (lane_idx == 0) {
-          for (int kb = 0; kb < num_kb; ++kb) {
+          for (int kb = 0; kb < t.num_kb; ++kb) {
             cutlass::arch::ClusterBarrier::wait(&empty[stage], phase ^ 1);
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
               if (wait(t.wait_m, kb)) fence_proxy_async_global();
@@ -380,7 +403,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
             cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], kStageBytes);
             T* sa = smem_a + stage * (kBM * kBK);
             T* sb = smem_b + stage * (kBN * kBK);
-            const int k0 = kb * kBK;
+            const int k0 = t.k_base + kb * kBK;
             if constexpr (kAMn) {
 #pragma unroll
               for (int j = 0; j < kBM / 64; ++j)
@@ -437,6 +460,11 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc);
       int prev_stage = -1;
+      const int num_kb = t.num_kb;
+      if (num_kb == 0) {  // grouped-K group without rows: the tile is zeros (nothing was loaded)
+#pragma unroll
+        for (int e = 0; e < size(acc); ++e) acc(e) = 0.0f;
+      }
       for (int kb = 0; kb < num_kb; ++kb) {
         cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
         warpgroup_arrive();
@@ -455,7 +483,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         }
       }
       warpgroup_wait<0>();
-      if (signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+      if (signal_thread && prev_stage >= 0) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
       warpgroup_fence_operand(acc);
 
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
@@ -478,7 +506,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       for (int rr = 0; rr < 2; ++rr) {
         const int r = r0 + 8 * rr;
         if (r < t.rows) {
-          const int row = t.a_row0 + r;
+          const int row = t.c_row0 + r;
           __nv_bfloat16* crow = static_cast<__nv_bfloat16*>(p.c) + static_cast<int64_t>(row) * p.ldc;
           const float scale = (p.epilogue & kGemmEpiRowScale) ? __ldg(p.row_scale + row) : 1.0f;
           const bool accumulate = (p.epilogue & kGemmEpiAccumulate) != 0;

@@ -1,0 +1,275 @@
+// MoE layer backward: the task list of one backward run (docs/design/moe.md, "Backward").
+//
+// Per rank d (GEMM problems 5d + j; rows = the padded receive rows, group offsets multiples of 64):
+//   j = 0  H1   grouped over M  recv_x [rows, H]  · gate_up_l [H, 2I]            -> h1   [rows, 2I]
+//   j = 1  dA'  grouped over M  recv_dy [rows, H] · down_lᵀ (down stored [I, H])  -> d_act [rows, I]
+//   j = 2  dX   grouped over M  d_h1 [rows, 2I]   · gate_up_lᵀ (stored [H, 2I])   -> out  [rows, H]
+//   j = 3  dD   grouped over K  act_wᵀ (act_w = w · act [rows, I]) · recv_dy      -> d_down [L, I, H]
+//   j = 4  dGU  grouped over K  recv_xᵀ · d_h1                                     -> d_gate_up [L, H, 2I]
+//
+// Counters (same ids on every rank; "total" = what one run signals into it on one rank):
+//   counts      total W        every route(s) signals every rank
+//   layout      total 1        offsets(r) (padded layout)
+//   arrive_all  total #dispatch tasks into r;  arrive[l] total W   (as in the forward)
+//   g1run[i]    total nH1 + nDA  H1 and dA' tiles of slot run i
+//   ew[i]       total 1        swiglu_backward(d, run i)
+//   ew_all      total #runs    every swiglu_backward of the rank
+//   dx_done     total W * #dX tasks per rank: every dX task signals every source rank
+//
+// Graph (=> crosses ranks):
+//   route(s) => offsets(r) -> dispatch(r -> d: x, dy rows, w) => H1, dA'(d, run i) [layout at claim,
+//   arrive[g] per group inside the pipeline] -> swiglu_backward(d, i) -> dX(d, i) => combine(s)
+//                                                         \-> (all runs) -> dD, dGU tiles of d
+// The dX / dD / dGU tiles read with TMA what generic stores wrote (swiglu_backward): their wait rule
+// re-acquires `layout` (already complete at claim) so the producer issues fence.proxy.async.global
+// before its first load.
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/gemm/gemm_host.h"
+#include "kernels/moe_tasks.h"
+#include "ops/moe_plan.h"
+
+namespace kosmos::ops::moe {
+
+namespace {
+using kernels::gemm::GemmTileArgs;
+using plan::TaskKind;
+constexpr int kBM = kernels::gemm::kGemmBlockM;
+enum Phase { kRoute, kOffsets, kDispatch, kGemm1, kSwiglu, kGemm2, kCombine, kNumPhases };
+constexpr int kNumProblems = 5;  // per rank
+enum Problem { kH1 = 0, kDAct = 1, kDX = 2, kDDown = 3, kDGateUp = 4 };
+}  // namespace
+
+Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, DirectionPlan* out) {
+  const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W, T = uint32_t(cfg.tokens),
+                 k = uint32_t(cfg.top_k), H = uint32_t(cfg.hidden), I = uint32_t(cfg.intermediate);
+  const int64_t rows = backward_rows(cfg);
+  DirectionPlan& dp = *out;
+  dp.name = "moe_backward";
+  dp.num_phases = kNumPhases;
+
+  uint32_t c_next = 0;
+  const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_ew_all = c_next++,
+                 c_dx_done = c_next++;
+  const uint32_t c_arrive = c_next;
+  c_next += L;
+
+  // ---- GEMM problems ------------------------------------------------------------------------
+  kernels::gemm::GemmParams pp[kNumProblems];
+  for (uint32_t d = 0; d < W; ++d) {
+    const int32_t* layout = static_cast<const int32_t*>(mem.at(uint32_t(MoeBuffer::kLayout), d));
+    auto spec = [&](int64_t m, int64_t n, int64_t kk, MoeBuffer a, MoeBuffer b, MoeBuffer c) {
+      GemmProblemSpec g;
+      g.desc.m = m;
+      g.desc.n = n;
+      g.desc.k = kk;
+      g.desc.num_groups = int(L);
+      g.desc.group_m = layout;
+      g.desc.group_offset = layout + L;
+      g.desc.num_sms = ctas;
+      g.rank = d;
+      g.a_buffer = uint32_t(a);
+      g.b_buffer = uint32_t(b);
+      g.c_buffer = uint32_t(c);
+      return g;
+    };
+    GemmProblemSpec g[kNumProblems];
+    g[kH1] = spec(rows, 2 * int64_t(I), H, MoeBuffer::kRecvX, MoeBuffer::kGateUp, MoeBuffer::kH1);
+    g[kH1].desc.lda = H;
+    g[kH1].desc.ldb = 2 * int64_t(I);
+    g[kH1].desc.ldc = 2 * int64_t(I);
+    g[kH1].rule = GemmWaitRule{c_arrive, uint32_t(kBM), 0, 0};  // counter = c_arrive + group
+    g[kDAct] = spec(rows, I, H, MoeBuffer::kRecvDy, MoeBuffer::kDown, MoeBuffer::kDAct);
+    g[kDAct].desc.lda = H;
+    g[kDAct].desc.b_transposed = true;  // down_l stored [I, H] = [N, K]
+    g[kDAct].desc.ldb = H;
+    g[kDAct].desc.ldc = I;
+    g[kDAct].rule = g[kH1].rule;
+    g[kDX] = spec(rows, H, 2 * int64_t(I), MoeBuffer::kDH1, MoeBuffer::kGateUp, MoeBuffer::kOut);
+    g[kDX].desc.lda = 2 * int64_t(I);
+    g[kDX].desc.b_transposed = true;  // gate_up_l stored [H, 2I] = [N, K]
+    g[kDX].desc.ldb = 2 * int64_t(I);
+    g[kDX].desc.ldc = H;
+    g[kDX].rule = GemmWaitRule{c_layout, 0, 0, 0};  // complete at claim: only for the proxy fence
+    g[kDDown] = spec(I, H, rows, MoeBuffer::kAct, MoeBuffer::kRecvDy, MoeBuffer::kDDown);
+    g[kDDown].desc.grouped_k = true;
+    g[kDDown].desc.a_col_major = true;  // act_w stored [rows, I] = [K, M]
+    g[kDDown].desc.lda = I;
+    g[kDDown].desc.ldb = H;
+    g[kDDown].desc.ldc = H;
+    g[kDDown].rule = g[kDX].rule;
+    g[kDGateUp] = spec(H, 2 * int64_t(I), rows, MoeBuffer::kRecvX, MoeBuffer::kDH1, MoeBuffer::kDGateUp);
+    g[kDGateUp].desc.grouped_k = true;
+    g[kDGateUp].desc.a_col_major = true;  // recv_x stored [rows, H] = [K, M]
+    g[kDGateUp].desc.lda = H;
+    g[kDGateUp].desc.ldb = 2 * int64_t(I);
+    g[kDGateUp].desc.ldc = 2 * int64_t(I);
+    g[kDGateUp].rule = g[kDX].rule;
+    static const char* kNames[kNumProblems] = {"H1 (recompute)", "dA'", "dX", "dDown", "dGateUp"};
+    for (int j = 0; j < kNumProblems; ++j) {  // validate shapes now (no TMA encode)
+      kernels::gemm::GemmDesc probe = g[j].desc;
+      probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
+      probe.encode_tma = false;
+      Status st = kernels::gemm::make_gemm_params(probe, &pp[j]);
+      if (!st) return Status(st.code(), std::string("MoE backward ") + kNames[j] + ": " + st.message());
+      dp.problems.push_back(g[j]);
+    }
+  }
+  // H1, dA' and dX walk the same worst-case slots (same group_m / offsets, BM = 128), in runs.
+  const int64_t slots = pp[kH1].num_m_tiles;
+  const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
+  const uint32_t run =
+      ops::choose_run_length(est_tiles, pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles, std::max(1, ctas / int(W)));
+  const uint32_t num_runs = uint32_t((slots + run - 1) / run);
+  const uint32_t c_g1run = c_next;
+  c_next += num_runs;
+  const uint32_t c_ew = c_next;
+  c_next += num_runs;
+  dp.num_counters = c_next;
+
+  // ---- tasks ----------------------------------------------------------------------------------
+  auto moe_args = [&](uint32_t a, uint32_t b, uint32_t c) {
+    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, I, kernels::kMoeFlagBackward};
+  };
+  auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
+    TaskRec t;
+    t.kind = kind;
+    t.rank = rank;
+    std::memcpy(t.args, args, bytes);
+    t.phase = phase;
+    dp.tasks.push_back(std::move(t));
+    return dp.tasks.back();
+  };
+  for (uint32_t s = 0; s < W; ++s) {
+    const auto a = moe_args(0, 0, 0);
+    TaskRec& t = add(TaskKind::kMoeRoute, s, &a, sizeof(a), kRoute);
+    for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_counts, uint16_t(r), 1});
+  }
+  for (uint32_t r = 0; r < W; ++r) {
+    const auto a = moe_args(0, 0, 0);
+    TaskRec& t = add(TaskKind::kMoeOffsets, r, &a, sizeof(a), kOffsets);
+    t.waits.push_back({c_counts, plan::kWaitAll});
+    t.signals.push_back({c_layout, uint16_t(r), 1});
+  }
+  // Dispatch as in the forward (moe_layer.cpp), moving x and dy rows.
+  const uint32_t epb = cfg.dispatch_experts_per_task > 0
+                           ? uint32_t(cfg.dispatch_experts_per_task)
+                           : std::max<uint32_t>(1, uint32_t((int64_t(W) * E + 4 * ctas - 1) / (4 * ctas)));
+  const uint32_t blocks = W * W * ((L + epb - 1) / epb);
+  const int64_t rows_per_pair = std::max<int64_t>(1, int64_t(T) * k / E);
+  const uint32_t num_slices =
+      cfg.dispatch_slices > 0
+          ? uint32_t(cfg.dispatch_slices)
+          : uint32_t(std::clamp<int64_t>(std::min<int64_t>((4 * ctas + blocks - 1) / blocks, rows_per_pair / 16), 1, 64));
+  for (uint32_t l0 = 0; l0 < L; l0 += epb)
+    for (uint32_t sl = 0; sl < num_slices; ++sl)
+      for (uint32_t s = 0; s < W; ++s)
+        for (uint32_t d = 0; d < W; ++d) {
+          const uint32_t l1 = std::min(L, l0 + epb);
+          const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
+          TaskRec& t = add(TaskKind::kMoeDispatch, s, &a, sizeof(a), kDispatch);
+          t.waits.push_back({c_layout, 1});
+          t.signals.push_back({c_arrive_all, uint16_t(d), 1});
+          for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c_arrive + l, uint16_t(d), 1});
+        }
+  auto run_slots = [&](uint32_t ri) {
+    const uint32_t m0 = ri * run;
+    return std::pair<uint32_t, uint32_t>{m0, std::min<uint32_t>(run, uint32_t(slots - m0))};
+  };
+  auto gemm1 = [&](uint32_t d, uint32_t ri) {  // H1 and dA' tiles of slot run ri
+    const auto [m0, count] = run_slots(ri);
+    for (int j : {kH1, kDAct})
+      for (int nb = 0; nb < pp[j].num_n_tiles; ++nb) {
+        GemmTileArgs a{};
+        a.problem = kNumProblems * d + uint32_t(j);
+        a.tile_m = m0;
+        a.tile_n = uint32_t(nb);
+        a.count = count;
+        TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);
+        t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
+        t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
+        t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
+      }
+  };
+  auto swiglu = [&](uint32_t d, uint32_t ri) {
+    const auto [m0, count] = run_slots(ri);
+    const auto a = moe_args(m0, count, 0);
+    TaskRec& t = add(TaskKind::kMoeSwigluBackward, d, &a, sizeof(a), kSwiglu);
+    t.waits.push_back({c_layout, 1});
+    t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+    t.signals.push_back({c_ew + ri, uint16_t(d), 1});
+    t.signals.push_back({c_ew_all, uint16_t(d), 1});
+  };
+  auto gemm_dx = [&](uint32_t d, uint32_t ri) {
+    const auto [m0, count] = run_slots(ri);
+    for (int nb = 0; nb < pp[kDX].num_n_tiles; ++nb) {
+      GemmTileArgs a{};
+      a.problem = kNumProblems * d + kDX;
+      a.tile_m = m0;
+      a.tile_n = uint32_t(nb);
+      a.count = count;
+      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
+      t.waits.push_back({c_layout, 1});
+      t.waits.push_back({c_ew + ri, plan::kWaitAll});
+      for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_dx_done, uint16_t(s), 1});
+    }
+  };
+  // swiglu_backward(i) goes in `lag` runs after H1 / dA'(i) (about two waves of GEMM tiles between
+  // them, as the forward's GEMM2), dX(i) one run after swiglu_backward(i).
+  const int64_t g1_tiles_per_run = int64_t(W) * (pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles);
+  const uint32_t lag = std::max<uint32_t>(1, uint32_t((2 * ctas + g1_tiles_per_run - 1) / g1_tiles_per_run));
+  for (uint32_t ri = 0; ri < num_runs + lag + 1; ++ri) {
+    if (ri < num_runs)
+      for (uint32_t d = 0; d < W; ++d) gemm1(d, ri);
+    if (ri >= lag && ri - lag < num_runs)
+      for (uint32_t d = 0; d < W; ++d) swiglu(d, ri - lag);
+    if (ri >= lag + 1)
+      for (uint32_t d = 0; d < W; ++d) gemm_dx(d, ri - lag - 1);
+  }
+  // Weight gradients: fixed tiles per expert, runs down M inside the rank's [L * M] output rows.
+  uint32_t dw_run[2] = {};
+  for (int j : {kDDown, kDGateUp}) {
+    const int64_t m_tiles = pp[j].num_m_tiles;
+    const uint32_t r = ops::choose_run_length(m_tiles, pp[j].num_n_tiles, std::max(1, ctas / int(W)));
+    dw_run[j - kDDown] = r;
+    for (uint32_t d = 0; d < W; ++d)
+      for (int nb = 0; nb < pp[j].num_n_tiles; ++nb)
+        for (int64_t m0 = 0; m0 < m_tiles; m0 += r) {
+          GemmTileArgs a{};
+          a.problem = kNumProblems * d + uint32_t(j);
+          a.tile_m = uint32_t(m0);
+          a.tile_n = uint32_t(nb);
+          a.count = uint32_t(std::min<int64_t>(r, m_tiles - m0));
+          TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
+          t.waits.push_back({c_layout, 1});
+          t.waits.push_back({c_ew_all, plan::kWaitAll});
+        }
+  }
+  const uint32_t cpt = std::max(1u, 4u * uint32_t(ctas) / W);
+  const uint32_t tpt = cfg.combine_tokens_per_task > 0 ? uint32_t(cfg.combine_tokens_per_task) : std::max<uint32_t>(1, (T + cpt - 1) / cpt);
+  for (uint32_t t0 = 0; t0 < T; t0 += tpt)
+    for (uint32_t s = 0; s < W; ++s) {
+      const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
+      TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kCombine);
+      t.waits.push_back({c_layout, 1});
+      t.waits.push_back({c_dx_done, plan::kWaitAll});
+    }
+
+  size_t kinds[32] = {};
+  for (const auto& t : dp.tasks) kinds[std::min<size_t>(size_t(t.kind), 31)]++;
+  std::ostringstream os;
+  os << "moe_backward: " << dp.tasks.size() << " tasks (" << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch, "
+     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << "; n tiles H1 "
+     << pp[kH1].num_n_tiles << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
+     << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " in runs of " << dw_run[0] << ", dGateUp "
+     << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " in runs of " << dw_run[1] << "], "
+     << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << "], "
+     << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt << " tokens each]), " << dp.num_counters
+     << " counters/rank";
+  dp.summary = os.str();
+  return Status::ok();
+}
+
+}  // namespace kosmos::ops::moe
