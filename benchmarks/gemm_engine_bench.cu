@@ -4,6 +4,10 @@
 // Timing: CUDA events around each launch, warm-up, median of --reps launches, input buffers rotated
 // over enough copies that their total exceeds 2 x the 60 MB L2. Outputs verified against cuBLAS.
 //   gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64] [--layout nt|nn]
+//                     [--dense-only|--grouped-only] [--dump-groups PATH [--dump-only]]
+// --dump-groups PATH writes the grouped cases' per-expert row counts (expert_rows()) and their
+// (N, K) shapes as JSON before any GPU work, for bench/torch_baselines.py grouped-gemm --sizes PATH;
+// --dump-only exits after writing it (no GPU needed).
 // --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
 // choose_run_length: minimise ceil(tasks / SMs) * run over run <= 16, longer runs on ties).
 #include <cublasLt.h>
@@ -53,6 +57,8 @@ struct Options {
   std::string shape = "auto";
   bool nn = false;  // B [K, N] instead of [N, K]
   bool dense = true, grouped = true;
+  std::string dump_groups;
+  bool dump_only = false;
 };
 
 __global__ void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed) {
@@ -218,6 +224,37 @@ std::vector<int> expert_rows() {
   return m;
 }
 
+// The grouped cases of main(): name, N, K (one list, used by the benchmark and by --dump-groups).
+struct GroupedCase {
+  const char* name;
+  int64_t n, k;
+};
+constexpr GroupedCase kGroupedCases[] = {{"moe gate+up", 4096, 7168}, {"moe down", 7168, 2048}};
+
+bool dump_groups(const std::string& path) {
+  const std::vector<int> gm = expert_rows();
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return false;
+  }
+  int total = 0, empty = 0;
+  for (int m : gm) total += m, empty += m == 0;
+  std::fprintf(f, "{\n  \"source\": \"benchmarks/gemm_engine_bench.cu expert_rows()\",\n");
+  std::fprintf(f, "  \"description\": \"32 local experts of the DeepSeek-V3 proxy, skewed per-expert rows, some empty\",\n");
+  std::fprintf(f, "  \"num_groups\": %zu,\n  \"total_rows\": %d,\n  \"empty_groups\": %d,\n  \"group_m\": [", gm.size(), total, empty);
+  for (size_t g = 0; g < gm.size(); ++g) std::fprintf(f, "%s%d", g ? ", " : "", gm[g]);
+  std::fprintf(f, "],\n  \"cases\": [\n");
+  const size_t nc = sizeof(kGroupedCases) / sizeof(kGroupedCases[0]);
+  for (size_t i = 0; i < nc; ++i)
+    std::fprintf(f, "    {\"name\": \"%s\", \"n\": %lld, \"k\": %lld}%s\n", kGroupedCases[i].name,
+                 (long long)kGroupedCases[i].n, (long long)kGroupedCases[i].k, i + 1 < nc ? "," : "");
+  std::fprintf(f, "  ]\n}\n");
+  std::fclose(f);
+  std::fprintf(stderr, "group sizes written to %s (%zu groups, %d rows, %d empty)\n", path.c_str(), gm.size(), total, empty);
+  return true;
+}
+
 Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int64_t K, const char* name) {
   const std::vector<int> gm = expert_rows();
   const int G = int(gm.size());
@@ -347,11 +384,15 @@ int main(int argc, char** argv) {
     else if (a == "--layout") o.nn = next() == "nn";
     else if (a == "--dense-only") o.grouped = false;
     else if (a == "--grouped-only") o.dense = false;
+    else if (a == "--dump-groups") o.dump_groups = next();
+    else if (a == "--dump-only") o.dump_only = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }
   }
+  if (!o.dump_groups.empty() && !dump_groups(o.dump_groups)) return 1;
+  if (o.dump_only) return 0;
   int dev = 0;
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
@@ -371,8 +412,7 @@ int main(int argc, char** argv) {
     for (auto& s : shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
   }
   if (o.grouped) {
-    rows.push_back(bench_grouped(cub, o, sms, 4096, 7168, "moe gate+up"));
-    rows.push_back(bench_grouped(cub, o, sms, 7168, 2048, "moe down"));
+    for (const GroupedCase& c : kGroupedCases) rows.push_back(bench_grouped(cub, o, sms, c.n, c.k, c.name));
   }
   std::printf("%-40s %-12s %9s %9s %7s %9s %7s %9s\n", "shape (MxNxK)", "tile", "ours TF/s", "ref TF/s", "ratio",
               "ref2 TF/s", "ratio2", "rel.err");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: runs the GPU tests and benchmarks from an already built tree (carry build/),
 # writing logs and JSON under $OUT. Usage on the GPU machine: scripts/device_batch.sh [steps...]
-# Steps: info gpu-tests runtime-bench trace demo gemm-tests gemm-bench (default: all present)
+# Steps: info gpu-tests nccl-tests demo bench-gemm bench-gemm-nt bench-tp runtime-bench trace bench-moe
+#        baselines gemm-tests gemm-bench (default: info gpu-tests runtime-bench trace demo)
 set -uo pipefail
 # Everything is written to a work folder and packed into $OUT/results.tgz at the end (the device
 # tool returns at most 8 files).
@@ -21,9 +22,10 @@ for s in "${steps[@]}"; do
     trace) $bin/kosmos trace --executor gpu --world 8 --chunks 32 --json "$out/trace.json" --svg "$out/trace.svg" 2>&1 ;;
     demo) $bin/kosmos demo 2>&1 | tee "$out/demo.log" ;;
     bench-gemm) $bin/kosmos bench gemm --json "$out/bench-gemm.json" 2>&1 | tee "$out/bench-gemm.log" ;;
+    bench-gemm-nt) $bin/kosmos bench gemm --layout nt --json "$out/bench-gemm-nt.json" 2>&1 | tee "$out/bench-gemm-nt.log" ;;
     nccl-tests)
       nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
-      LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests 2>&1 | tee "$out/nccl-tests.log" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error" ;;
+      GTEST_FILTER= LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests 2>&1 | tee "$out/nccl-tests.log" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error" ;;
     bench-tp)
       specs=${TP_SPECS:-"llama3-70b:ag_gemm llama3-70b:gemm_rs llama3-70b:gemm_ar llama3-70b:ag_gemm:--backward llama3-70b:gemm_rs:--backward llama3-8b:ag_gemm small-m:ag_gemm gpt3-175b:gemm_rs"}
       for spec in $specs; do
@@ -37,10 +39,21 @@ for s in "${steps[@]}"; do
       $bin/kosmos bench tp --model llama3-8b --op gemm_rs --world 8 --reps 3 --trace-svg "$out/trace-gemm-rs-w8.svg" > /dev/null 2>&1
       ;;
     bench-moe)
+      # spec: model:tokens:world[:backward]
       for spec in ${MOE_SPECS:-"qwen3-235b:128:1 qwen3-235b:4096:1 deepseek-v3:128:1 deepseek-v3:4096:1 qwen3-235b:4096:8"}; do
         set -- ${spec//:/ }
-        $bin/kosmos bench moe --model $1 --tokens $2 --world $3 --json "$out/moe-$1-t$2-w$3.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-moe.log"
+        name="moe-$1-t$2-w$3${4:+-bwd}"
+        $bin/kosmos bench moe --model $1 --tokens $2 --world $3 ${4:+--backward} --json "$out/$name.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-moe.log"
       done ;;
+    baselines)
+      # torch._grouped_mm pipelines on the same routing / group sizes as our benches (W = 1)
+      for spec in ${BASELINE_SPECS:-"qwen3-235b:128 qwen3-235b:4096 deepseek-v3:128 deepseek-v3:4096"}; do
+        set -- ${spec//:/ }
+        $bin/kosmos bench moe --model $1 --tokens $2 --world 1 --dump-routing "$out/routing-$1-t$2.json" --json "$out/moe-$1-t$2-w1-baselines.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/baselines.log"
+        python3 bench/torch_baselines.py moe --routing "$out/routing-$1-t$2.json" --json "$out/torch-moe-$1-t$2.json" 2>&1 | tee -a "$out/baselines.log"
+      done
+      $bin/gemm_engine_bench --grouped-only --dump-groups "$out/grouped-sizes.json" --json "$out/gemm-engine-grouped.json" 2>&1 | tail -6 | tee -a "$out/baselines.log"
+      python3 bench/torch_baselines.py grouped-gemm --sizes "$out/grouped-sizes.json" --json "$out/torch-grouped-mm.json" 2>&1 | tee -a "$out/baselines.log" ;;
     gemm-tests) $bin/tests/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
     gemm-bench) $bin/gemm_engine_bench --json "$out/gemm-bench.json" 2>&1 | tee "$out/gemm-bench.log" | tail -30 ;;
     *) echo "unknown step $s" ;;
