@@ -2,7 +2,8 @@
 //
 // Per CTA (all threads; thread 0 is the scheduler thread):
 //   loop:
-//     thread 0: slot = atomicAdd(ticket, 1)      -- claim the next task in plan order
+//     thread 0: slot = first claim ? blockIdx.x : gridDim.x + atomicAdd(ticket, 1)
+//                                                 -- claim the next task in plan order
 //               stop if slot >= num_tasks or the abort flag is set
 //     thread 0: for each wait: spin ld.acquire(counter) >= epoch * total + target  (watchdog)
 //     __syncthreads                               -- the acquire now covers the whole CTA
@@ -177,7 +178,10 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
         ctx.record_timeout(none, kNoSlot, 0, 0, 0, ErrorKind::kHostAbort);
       }
       if (!ctx.aborted()) {
-        slot = atomicAdd(&p.state->ticket, 1u);
+        // The first claim of every CTA is slot blockIdx.x, the rest come from the ticket offset by
+        // the grid: the same claims as if CTA i had won ticket i, without an atomic round trip on
+        // the critical path of a one-wave plan.
+        slot = claims == 0 ? blockIdx.x : gridDim.x + atomicAdd(&p.state->ticket, 1u);
         if (slot >= p.num_tasks) slot = kNoSlot;
       }
       s_slot = slot;

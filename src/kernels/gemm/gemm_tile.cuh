@@ -44,6 +44,7 @@
 // takes the address of p.tma_a / p.tma_b); the kernel runs 384 threads, __launch_bounds__(384, 1).
 #pragma once
 
+#include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90.hpp>
 #include <cute/atom/mma_atom.hpp>
@@ -373,6 +374,10 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   const int count = static_cast<int>(a.count);
 
   if (thread_idx == 0) {
+    // The producer thread's first TMA needs both descriptors: start fetching them now, under the
+    // barrier init and __syncthreads (a one-wave GEMM pays the fetch once per CTA on its critical path).
+    cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_a));
+    cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_b));
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       cutlass::arch::ClusterBarrier::init(&full[s], 1);
