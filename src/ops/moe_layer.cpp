@@ -324,7 +324,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // ---- tasks ----------------------------------------------------------------------------------
   std::vector<TaskRec> tasks;
   auto moe_args = [&](uint32_t a, uint32_t b, uint32_t c) {
-    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c};
+    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, 0u, 0u};
   };
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     TaskRec t;
@@ -370,7 +370,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   auto gemm1 = [&](uint32_t d, uint32_t ri) {
     const uint32_t m0 = ri * run, count = std::min<uint32_t>(run, uint32_t(slots - m0));
     for (int nb = 0; nb < p1.num_n_tiles; ++nb) {
-      GemmTileArgs a{2 * d, m0, uint32_t(nb), count, {}};
+      GemmTileArgs a{2 * d, m0, uint32_t(nb), count, 0, {}};
       TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
       t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
       t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
@@ -380,7 +380,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   auto gemm2 = [&](uint32_t d, uint32_t ri) {
     const uint32_t m0 = ri * run, count = std::min<uint32_t>(run, uint32_t(slots - m0));
     for (int nb = 0; nb < p2.num_n_tiles; ++nb) {
-      GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, {}};
+      GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, 0, {}};
       TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
       t.waits.push_back({c_g1run + ri, plan::kWaitAll});
       for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});

@@ -439,7 +439,7 @@ TEST(GemmEngineHost, HostTileMatchesFp64) {
     GemmParams p;
     ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
     for (int n = 0; n < p.num_n_tiles; ++n)
-      for (int m = 0; m < p.num_m_tiles; ++m) gemm_tile_host(d, p, GemmTileArgs{0, uint32_t(m), uint32_t(n), 1, {}});
+      for (int m = 0; m < p.num_m_tiles; ++m) gemm_tile_host(d, p, GemmTileArgs{0, uint32_t(m), uint32_t(n), 1, 0, {}});
     check_output(cs, h, out, rng);
   }
 }
