@@ -12,12 +12,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <random>
 
 #include "bench_timing.h"
+#include "bench_tp_nccl.h"
 #include "common.h"
 #include "kernels/gemm/bf16.h"
 #include "kosmos/cuda_check.h"
@@ -236,9 +238,10 @@ std::vector<TpBuffer> outputs(TpOp op) {
 }  // namespace
 
 void add_bench_tp(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("tp", "Fused TP/SP collectives + GEMM on virtual ranks vs sequential and two-stream baselines");
+  auto* cmd = bench.add_subcommand("tp", "Fused TP/SP collectives + GEMM on virtual ranks (or one process per GPU over NCCL) vs "
+                                         "sequential and two-stream baselines");
   struct Opts {
-    std::string model = "llama3-70b", op = "ag_gemm", json, trace_svg;
+    std::string model = "llama3-70b", op = "ag_gemm", json, trace_svg, transport = "local";
     bool backward = false;
     int world = 8, reps = 20;
     int64_t m = 8192;
@@ -253,8 +256,14 @@ void add_bench_tp(CLI::App& bench) {
   cmd->add_option("--reps", o->reps, "Timed repetitions (median)")->check(CLI::Range(3, 1000));
   cmd->add_option("--json", o->json, "Write results as JSON here");
   cmd->add_option("--trace-svg", o->trace_svg, "Also write an SVG trace of one fused run");
-  cmd->callback([o] {
-    if (!gpu_available()) throw Error(Status(StatusCode::kUnavailable, "bench tp needs a Hopper GPU (none visible)"));
+  cmd->add_option("--transport", o->transport,
+                  "local: virtual ranks on one GPU (default); nccl: one process per GPU, launched with RANK / WORLD_SIZE / "
+                  "LOCAL_RANK / KOSMOS_NCCL_ID_FILE (scripts/run_multigpu_bench.sh), baselines NCCL + cuBLAS")
+      ->check(CLI::IsMember({"local", "nccl"}));
+  cmd->callback([o, cmd] {
+    const bool nccl = o->transport == "nccl";
+    if (nccl && cmd->count("--trace-svg")) throw Error(Status(StatusCode::kInvalidArgument, "--trace-svg is not available with --transport nccl"));
+    if (!nccl && !gpu_available()) throw Error(Status(StatusCode::kUnavailable, "bench tp needs a Hopper GPU (none visible)"));
     const Model md = kModels.at(o->model);
     TpConfig cfg;
     cfg.world = o->world;
@@ -266,6 +275,21 @@ void add_bench_tp(CLI::App& bench) {
     else {
       if (o->backward) throw Error(Status(StatusCode::kInvalidArgument, "--backward is defined for ag_gemm and gemm_rs"));
       cfg.op = TpOp::kGemmAr;
+    }
+    if (nccl) {  // one process per GPU: the world comes from WORLD_SIZE
+      if (cmd->count("--world")) {
+        const char* ws = std::getenv("WORLD_SIZE");
+        if (ws && std::to_string(o->world) != ws)
+          throw Error(Status(StatusCode::kInvalidArgument, "--world " + std::to_string(o->world) + " disagrees with WORLD_SIZE=" + ws +
+                                                               " (with --transport nccl the world is WORLD_SIZE; drop --world)"));
+      }
+      TpNcclBenchOptions no;
+      no.model = o->model;
+      no.cfg = cfg;
+      no.reps = o->reps;
+      no.json = o->json;
+      run_bench_tp_nccl(no);
+      return;
     }
     std::fprintf(stderr, "[bench tp] %s %s W=%d M=%ld N=%ld K=%ld: planning...\n", o->model.c_str(), to_string(cfg.op), cfg.world,
                  cfg.m, cfg.n, cfg.k);

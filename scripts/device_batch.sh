@@ -25,7 +25,7 @@ for s in "${steps[@]}"; do
     bench-gemm-nt) $bin/kosmos bench gemm --layout nt --json "$out/bench-gemm-nt.json" 2>&1 | tee "$out/bench-gemm-nt.log" ;;
     nccl-tests)
       nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
-      GTEST_FILTER= LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests 2>&1 | tee "$out/nccl-tests.log" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error" ;;
+      env -u GTEST_FILTER LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests 2>&1 | tee "$out/nccl-tests.log" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error" ;;
     bench-tp)
       specs=${TP_SPECS:-"llama3-70b:ag_gemm llama3-70b:gemm_rs llama3-70b:gemm_ar llama3-70b:ag_gemm:--backward llama3-70b:gemm_rs:--backward llama3-8b:ag_gemm small-m:ag_gemm gpt3-175b:gemm_rs"}
       for spec in $specs; do
@@ -40,14 +40,16 @@ for s in "${steps[@]}"; do
       ;;
     bench-moe)
       # spec: model:tokens:world[:backward]
-      for spec in ${MOE_SPECS:-"qwen3-235b:128:1 qwen3-235b:4096:1 deepseek-v3:128:1 deepseek-v3:4096:1 qwen3-235b:4096:8"}; do
+      moe_specs=${MOE_SPECS:-"qwen3-235b:128:1 qwen3-235b:4096:1 deepseek-v3:128:1 deepseek-v3:4096:1 qwen3-235b:4096:8"}
+      for spec in $moe_specs; do
         set -- ${spec//:/ }
         name="moe-$1-t$2-w$3${4:+-bwd}"
         $bin/kosmos bench moe --model $1 --tokens $2 --world $3 ${4:+--backward} --json "$out/$name.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-moe.log"
       done ;;
     baselines)
       # torch._grouped_mm pipelines on the same routing / group sizes as our benches (W = 1)
-      for spec in ${BASELINE_SPECS:-"qwen3-235b:128 qwen3-235b:4096 deepseek-v3:128 deepseek-v3:4096"}; do
+      baseline_specs=${BASELINE_SPECS:-"qwen3-235b:128 qwen3-235b:4096 deepseek-v3:128 deepseek-v3:4096"}
+      for spec in $baseline_specs; do
         set -- ${spec//:/ }
         $bin/kosmos bench moe --model $1 --tokens $2 --world 1 --dump-routing "$out/routing-$1-t$2.json" --json "$out/moe-$1-t$2-w1-baselines.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/baselines.log"
         python3 bench/torch_baselines.py moe --routing "$out/routing-$1-t$2.json" --json "$out/torch-moe-$1-t$2.json" 2>&1 | tee -a "$out/baselines.log"
