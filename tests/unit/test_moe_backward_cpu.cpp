@@ -177,3 +177,34 @@ TEST(MoeBackwardCpuErrors, BadConfigsNamed) {
   EXPECT_NE(s.message().find("planned without MoeConfig::backward"), std::string::npos) << s.message();
   EXPECT_EQ(L->num_backward_tasks(), 0u);
 }
+
+// SCRATCH
+TEST(MoeBackwardScratch, GpuW1Drops) {
+  MoeConfig c = moe_config(1, 1, 256, 128, 16, 2, true);
+  c.backward = true;
+  std::unique_ptr<MoeLayer> L;
+  ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+  MoeHost h{c};
+  fill_moe_backward(*L, h, 5151 + 1 + 1 + 16, Routing::kSkewedWithDrops);
+  ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+  std::printf("%s\n", L->describe().c_str());
+  std::printf("check: %s\n", check_moe_backward(*L, h).c_str());
+  auto ref = reference_moe_backward(h);
+  auto o = read_grads(*L, 0);
+  for (int j = 0; j < 2; ++j) std::printf("id %d w %f dw %.6f ref %.6f\n", h.ids[0][j], h.w[0][j], o.dw[j], ref.dw[0][j]);
+}
+TEST(MoeBackwardScratch, Big) {
+  const char* e = getenv("SHAPE");
+  int W = 1, T = 64, H = 1024, I = 512, E = 128, k = 8, rt = 0;
+  if (e) sscanf(e, "%d,%d,%d,%d,%d,%d,%d", &W, &T, &H, &I, &E, &k, &rt);
+  MoeConfig c = moe_config(W, T, H, I, E, k, true);
+  c.backward = true;
+  std::unique_ptr<MoeLayer> L;
+  Status s = MoeLayer::plan(c, &L);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  std::printf("%s\n", L->describe().c_str());
+  MoeHost h{c};
+  fill_moe_backward(*L, h, 99, Routing(rt));
+  ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+  std::printf("check: %s\n", check_moe_backward(*L, h).c_str());
+}
