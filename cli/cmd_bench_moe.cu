@@ -628,13 +628,25 @@ void add_bench_moe(CLI::App& bench) {
       throw_if_error(L->finish(s));
       throw_if_error(download_grads(*L, &fus));
       const bool bitwise = fus == unf;
-      for (size_t i = 0; i < fus.size(); i += 4) {  // every bf16 / fp32 output finite (0xFFFF poison is NaN)
-        for (size_t q : {size_t(0), size_t(2), size_t(3)}) {
-          const auto* v = reinterpret_cast<const uint16_t*>(fus[i + q].data());
-          for (size_t e = 0; e < fus[i + q].size() / 2; ++e)
-            if (!std::isfinite(kernels::gemm::bf16_to_float(v[e])))
-              throw Error(Status(StatusCode::kInternal, "fused backward output is not finite"));
-        }
+      // Every bf16 output finite (0xFFFF poison is NaN), unfused and fused; the message names the
+      // tensor, rank, count and first element (row, column) so a failure points at a task.
+      for (const auto* set : {&unf, &fus}) {
+        const char* which = set == &unf ? "unfused" : "fused";
+        static const char* kNames[4] = {"dx", "d_weights", "d_gate_up", "d_down"};
+        const int64_t cols[4] = {H, k, 2 * I, H};
+        for (size_t i = 0; i < set->size(); i += 4)
+          for (size_t q : {size_t(0), size_t(2), size_t(3)}) {
+            const auto* v = reinterpret_cast<const uint16_t*>((*set)[i + q].data());
+            size_t bad = 0, first = 0;
+            for (size_t e = 0; e < (*set)[i + q].size() / 2; ++e)
+              if (!std::isfinite(kernels::gemm::bf16_to_float(v[e])) && bad++ == 0) first = e;
+            if (bad)
+              throw Error(Status(StatusCode::kInternal,
+                                 std::string(which) + " backward output is not finite: " + kNames[q] + " of rank " +
+                                     std::to_string(i / 4) + ", " + std::to_string(bad) + " elements, first at row " +
+                                     std::to_string(first / size_t(cols[q])) + " col " + std::to_string(first % size_t(cols[q])) +
+                                     " (raw 0x" + [](uint16_t x) { char b[8]; std::snprintf(b, sizeof b, "%04x", x); return std::string(b); }(v[first]) + ")"));
+          }
       }
       double num = 0, den = 0;
       const auto* dx0 = reinterpret_cast<const uint16_t*>(fus[0].data());

@@ -188,6 +188,7 @@ inline void fill_moe_backward(MoeLayer& L, MoeHost& h, uint64_t seed, Routing ro
 // fp64 gradients (no intermediate rounding). dgu is in the PLAIN layout [L, H, 2I] = [gate | up].
 struct MoeGrads {
   std::vector<std::vector<double>> dx, dw, dgu, dd;  // per rank
+  std::vector<std::vector<double>> dw_abs;           // per rank, per slot: sum_i |dA'_i act_i| (see check)
   std::vector<int64_t> rows_per_expert;              // [E] over all ranks
 };
 
@@ -198,6 +199,7 @@ inline MoeGrads reference_moe_backward(const MoeHost& h) {
   MoeGrads g;
   g.dx.assign(W, std::vector<double>(size_t(T) * H, 0.0));
   g.dw.assign(W, std::vector<double>(size_t(T) * k, 0.0));
+  g.dw_abs.assign(W, std::vector<double>(size_t(T) * k, 0.0));
   g.dgu.assign(W, std::vector<double>(size_t(Lx) * H * 2 * I, 0.0));
   g.dd.assign(W, std::vector<double>(size_t(Lx) * I * H, 0.0));
   g.rows_per_expert.assign(E, 0);
@@ -227,16 +229,18 @@ inline MoeGrads reference_moe_backward(const MoeHost& h) {
         for (int64_t i = 0; i < I; ++i)
           for (int64_t hh = 0; hh < H; ++hh) dap[i] += bf16_to_float(dn[dn0 + i * H + hh]) * dyv[hh];
         const double wv = h.w[r][t * k + j];
-        double dwv = 0.0;
+        double dwv = 0.0, dw_abs = 0.0;
         for (int64_t i = 0; i < I; ++i) {
           const double sg = 1.0 / (1.0 + std::exp(-gate[i])), silu = gate[i] * sg;
           act[i] = silu * up[i];
           dwv += dap[i] * act[i];
+          dw_abs += std::fabs(dap[i] * act[i]);
           const double dA = wv * dap[i];
           dg[i] = dA * up[i] * sg * (1.0 + gate[i] * (1.0 - sg));
           du[i] = dA * silu;
         }
         g.dw[r][t * k + j] = dwv;
+        g.dw_abs[r][t * k + j] = dw_abs;
         for (int64_t hh = 0; hh < H; ++hh) {
           double acc = 0.0;
           for (int64_t i = 0; i < I; ++i)
@@ -276,6 +280,18 @@ inline MoeGradsOut read_grads(MoeLayer& L, int r) {
 
 // "" or the first gradient that misses the fp64 reference (relative Frobenius error per tensor and
 // rank; NaN never passes). Also exact: zeros for experts without rows and for dropped slots.
+//
+// d_weights is checked per slot against an error model instead: the layer computes
+// d_w = <dA', act> from bf16 h1 (gate, up) and bf16 dA' (each rounded with relative error <= u =
+// 2^-9), so every term dA'_i act_i carries a relative error of a few u and
+//   |d_w - exact| <= c u sum_i |dA'_i act_i|,
+// which is NOT small relative to |d_w| when the sum cancels (one slot can have
+// sum_i |terms| / |d_w| in the thousands). Bound used: 2e-2 |exact| + 4 u sum_i |dA'_i act_i|
+// (4 u: dA', up, and gate through SiLU, whose relative sensitivity |1 + g (1 - s(g))| stays < 2 where
+// the term is not negligible; the fp32 accumulation adds ~I 2^-24, negligible). Evidence: the GPU
+// failure W1_drops (T = 1, two slots, Frobenius error 3.1%) reproduces on the CPU executor bit for
+// bit, and there the layer's d_w equals the fp64 dot over the bf16-rounded h1 and dA' to 1e-6
+// (test MoeBackwardCpuLarge.D_WeightsErrorIsBf16Rounding).
 inline std::string check_moe_backward(MoeLayer& L, const MoeHost& h, double tol = 2e-2) {
   const MoeConfig& c = h.cfg;
   const int Lx = c.num_experts / c.world, k = c.top_k;
@@ -297,8 +313,14 @@ inline std::string check_moe_backward(MoeLayer& L, const MoeHost& h, double tol 
     std::vector<double> v(o.dx.size());
     for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(o.dx[i]);
     if (auto e = rel("dx" + rk, v, ref.dx[r]); !e.empty()) return e;
-    v.assign(o.dw.begin(), o.dw.end());
-    if (auto e = rel("d_weights" + rk, v, ref.dw[r]); !e.empty()) return e;
+    for (size_t i = 0; i < o.dw.size(); ++i) {
+      const double want = ref.dw[r][i], got = o.dw[i];
+      const double bound = tol * std::fabs(want) + 4.0 * std::ldexp(1.0, -9) * ref.dw_abs[r][i] + 1e-30;
+      if (!std::isfinite(got)) return "d_weights" + rk + " has a non-finite value at " + std::to_string(i);
+      if (!(std::fabs(got - want) <= bound))
+        return "d_weights" + rk + " slot " + std::to_string(i) + ": " + std::to_string(got) + " vs fp64 " +
+               std::to_string(want) + " (bound " + std::to_string(bound) + ")";
+    }
     for (size_t i = 0; i < o.dw.size(); ++i) {
       const int e = h.ids[r][i];
       if ((e < 0 || e >= c.num_experts) && o.dw[i] != 0.0f) return "d_weights" + rk + " of a dropped slot is not 0";

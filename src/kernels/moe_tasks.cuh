@@ -14,7 +14,7 @@
 //   combine  one warp per token: lanes 0..k-1 resolve the k source rows, every lane sums 8
 //            columns at a time over j = 0..k-1 in order (fp32), stores bf16. Backward: the same
 //            into dx, and lanes 0..k-1 gather the router-weight gradients.
-//   swiglu_backward  thread 0 maps the task's slots to row ranges (smem: 3 x 64 int32), then one
+//   swiglu_backward  thread 0 maps the task's slots to row ranges (smem: 3 x 64 + 1 int32), then one
 //            warp per row, 8 columns per lane step; padding rows get zeros.
 #pragma once
 
@@ -245,7 +245,7 @@ __device__ __forceinline__ void combine(const plan::Task& t, const MoeArgs& a, c
 }
 
 // SwiGLU backward of the rows of slots [a.a, a.a + a.b) (see moe_tasks.h). Thread 0 maps the
-// slots to row ranges (shared memory: 3 x kMoeSlotsPerTaskMax int32), then one warp per row; a
+// slots to row ranges (shared memory: 3 x kMoeSlotsPerTaskMax + 1 int32), then one warp per row; a
 // lane handles blocks of 8 output columns (gate block, up block of h1: two 16-byte loads).
 // The dot product <dA', act> is a per-lane fp32 sum in column order followed by a fixed xor tree:
 // deterministic.

@@ -114,6 +114,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
       probe.encode_tma = false;
       Status st = kernels::gemm::make_gemm_params(probe, &pp[j]);
       if (!st) return Status(st.code(), std::string("MoE backward ") + kNames[j] + ": " + st.message());
+      // The tasks below are cut for this tile shape (n tiles): pin it, so the runner's prepare (which
+      // re-resolves kAuto with the device's SM count, not `ctas`) cannot pick another one.
+      g[j].desc.tile_shape = pp[j].tile_shape;
       dp.problems.push_back(g[j]);
     }
   }

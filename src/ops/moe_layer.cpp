@@ -309,6 +309,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
       Status st = kernels::gemm::make_gemm_params(probe, &pp);
       if (!st) return Status(st.code(), std::string("MoE ") + (spec == &g1 ? "GEMM1" : "GEMM2") + ": " + st.message());
       (spec == &g1 ? p1 : p2) = pp;
+      spec->desc.tile_shape = pp.tile_shape;  // tasks are cut for it; prepare must not re-choose (max_ctas)
     }
     problems.push_back(g1);
     problems.push_back(g2);

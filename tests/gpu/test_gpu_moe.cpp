@@ -146,3 +146,13 @@ TEST(GpuMoeBackwardGraph, FusedBackwardReplaysFromACudaGraph) {
   run_moe_backward(8, 128, 512, 256, 64, 8, Routing::kUniform, 20);
   run_moe_backward(1, 64, 256, 128, 32, 4, Routing::kSkewed, 20);
 }
+
+// Closer to the bench shapes that stopped with "fused backward output is not finite" (qwen3 /
+// deepseek, W = 1) while the small shapes above passed: 128x256 tiles, K >= 1024 in dA' / dX,
+// E = 128 local experts, k = 8, grouped-K runs crossing experts. The CPU executor passes these
+// (MoeBackwardCpuLarge); a failure here that the CPU run does not show is in a device-only path.
+TEST(GpuMoeBackwardLarge, WideTilesManyExperts) {
+  SKIP_WITHOUT_GPU();
+  run_moe_backward(1, 128, 1024, 512, 128, 8, Routing::kUniform);
+  run_moe_backward(1, 256, 2048, 1024, 32, 8, Routing::kSkewed);
+}

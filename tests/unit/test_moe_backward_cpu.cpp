@@ -178,33 +178,57 @@ TEST(MoeBackwardCpuErrors, BadConfigsNamed) {
   EXPECT_EQ(L->num_backward_tasks(), 0u);
 }
 
-// SCRATCH
-TEST(MoeBackwardScratch, GpuW1Drops) {
-  MoeConfig c = moe_config(1, 1, 256, 128, 16, 2, true);
+
+// Shapes the small cases above do not reach (added after the first H200 run): 128x256 tiles (wide
+// N), runs longer than 1 (also grouped-K runs crossing experts), K >= 1024 in dA' / dX and per
+// expert in dDown / dGateUp, many experts at W = 1 (E = 64, 128), k = 8, T up to 512, uniform /
+// skewed / dropped slots; every output and workspace poisoned, two fused runs, fused == unfused.
+TEST(MoeBackwardCpuLarge, WideTilesLongRunsManyExperts) {
+  run_backward(1, 64, 64, 8, Routing::kUniform, 1024, 512);          // 128x256, K = 1024, runs of 4+
+  run_backward(1, 256, 128, 8, Routing::kSkewed, 256, 128);          // E = 128: L = 128 groups, empty ones
+  run_backward(1, 512, 8, 8, Routing::kSkewed, 128, 64);             // hot expert ~2000 rows: dW K >= 1024
+  run_backward(2, 128, 64, 8, Routing::kSkewedWithDrops, 512, 256);  // W = 2, drops, k = 8
+}
+
+// The GPU failure W1_drops (W = 1, T = 1, H = 256, I = 128, E = 16, k = 2, seed of
+// GpuMoeBackward): d_weights missed the fp64 reference by 3.1% (Frobenius over two values) on the
+// H200 and, bit for bit the same, here. It is bf16 rounding of the intermediates h1 and dA', made
+// large by cancellation in <dA', act>: the layer's d_w equals the dot product over ITS OWN bf16 h1
+// and dA' (read back from the workspaces) to fp32 accuracy, and the per-slot error-model check of
+// check_moe_backward (moe_check.h) passes.
+TEST(MoeBackwardCpuLarge, D_WeightsErrorIsBf16Rounding) {
+  const int W = 1, E = 16, k = 2;
+  const int64_t T = 1, H = 256, I = 128;
+  MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.backward = true;
   std::unique_ptr<MoeLayer> L;
   ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
   MoeHost h{c};
-  fill_moe_backward(*L, h, 5151 + 1 + 1 + 16, Routing::kSkewedWithDrops);
+  fill_moe_backward(*L, h, 5151 + W + T + E, Routing::kSkewedWithDrops);  // the GPU test's seed
   ASSERT_TRUE(L->run_backward_composition(true).is_ok());
-  std::printf("%s\n", L->describe().c_str());
-  std::printf("check: %s\n", check_moe_backward(*L, h).c_str());
-  auto ref = reference_moe_backward(h);
-  auto o = read_grads(*L, 0);
-  for (int j = 0; j < 2; ++j) std::printf("id %d w %f dw %.6f ref %.6f\n", h.ids[0][j], h.w[0][j], o.dw[j], ref.dw[0][j]);
-}
-TEST(MoeBackwardScratch, Big) {
-  const char* e = getenv("SHAPE");
-  int W = 1, T = 64, H = 1024, I = 512, E = 128, k = 8, rt = 0;
-  if (e) sscanf(e, "%d,%d,%d,%d,%d,%d,%d", &W, &T, &H, &I, &E, &k, &rt);
-  MoeConfig c = moe_config(W, T, H, I, E, k, true);
-  c.backward = true;
-  std::unique_ptr<MoeLayer> L;
-  Status s = MoeLayer::plan(c, &L);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  std::printf("%s\n", L->describe().c_str());
-  MoeHost h{c};
-  fill_moe_backward(*L, h, 99, Routing(rt));
-  ASSERT_TRUE(L->run_backward_composition(true).is_ok());
-  std::printf("check: %s\n", check_moe_backward(*L, h).c_str());
+  EXPECT_EQ(check_moe_backward(*L, h), "");
+  const MoeGrads ref = reference_moe_backward(h);
+  const MoeGradsOut o = read_grads(*L, 0);
+  const auto* route = static_cast<const int32_t*>(L->buffer(MoeBuffer::kRoute, 0));
+  const auto* layout = static_cast<const int32_t*>(L->buffer(MoeBuffer::kLayout, 0));
+  const auto* h1 = static_cast<const uint16_t*>(L->buffer(MoeBuffer::kH1, 0));
+  const auto* dap = static_cast<const uint16_t*>(L->buffer(MoeBuffer::kDAct, 0));
+  double worst_rel_to_exact = 0;
+  for (int j = 0; j < k; ++j) {
+    const int e = h.ids[0][j];
+    if (e < 0 || e >= E) continue;
+    const int64_t row = layout[2 * (E / W) + e] + route[2 * E + j];  // send_off[e] + pos
+    double dot = 0;
+    for (int64_t i = 0; i < I; ++i) {
+      const double g = bf16_to_float(h1[row * 2 * I + 16 * (i / 8) + i % 8]);
+      const double u = bf16_to_float(h1[row * 2 * I + 16 * (i / 8) + 8 + i % 8]);
+      dot += double(bf16_to_float(dap[row * I + i])) * g / (1.0 + std::exp(-g)) * u;
+    }
+    // the layer's value is the dot over its bf16 intermediates (fp32 sum of I terms) ...
+    EXPECT_NEAR(o.dw[j], dot, 1e-5 * ref.dw_abs[0][j]) << "slot " << j;
+    // ... and its distance to the exact value is what bf16 rounding of the inputs allows
+    EXPECT_LE(std::fabs(o.dw[j] - ref.dw[0][j]), 4.0 * std::ldexp(1.0, -9) * ref.dw_abs[0][j]) << "slot " << j;
+    worst_rel_to_exact = std::max(worst_rel_to_exact, std::fabs(o.dw[j] - ref.dw[0][j]) / std::fabs(ref.dw[0][j]));
+  }
+  EXPECT_GT(worst_rel_to_exact, 2e-2) << "the case no longer shows the cancellation it documents";
 }
