@@ -565,19 +565,23 @@ void add_bench_moe(CLI::App& bench) {
     }
     ids0 = all_ids[0];
     w0 = all_w[0];
-    if (!o->dump_routing.empty()) {
-      nlohmann::json j;
-      j["format"] = "kosmos-moe-routing-v1";
-      j["command"] = command_line();
+    // The layer's shape and routing, as every JSON this bench writes names them.
+    auto put_shape = [&](nlohmann::json& j) {
       j["model"] = o->model;
       j["world"] = W;
       j["tokens"] = T;
       j["hidden"] = H;
       j["intermediate"] = I;
       j["experts"] = E;
-      j["local_experts"] = E / W;
       j["top_k"] = k;
       j["routing"] = o->routing;
+    };
+    if (!o->dump_routing.empty()) {
+      nlohmann::json j;
+      j["format"] = "kosmos-moe-routing-v1";
+      j["command"] = command_line();
+      put_shape(j);
+      j["local_experts"] = E / W;
       j["gate_up_layout"] = "[E/W, H, 2I] per rank, gate/up interleaved in blocks of 8 columns";
       j["down_layout"] = "[E/W, I, H] per rank";
       j["rows_per_rank"] = rows_per_rank;
@@ -613,6 +617,18 @@ void add_bench_moe(CLI::App& bench) {
       for (int r = 0; r < W; ++r)
         fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(L->buffer(MoeBuffer::kDy, r)), size_t(T * H), 404 + r, 1.0f);
     if (cudaDeviceSynchronize() != cudaSuccess) throw Error(Status(StatusCode::kCudaError, "input fill failed"));
+    // The keys every MoE result carries (forward and backward).
+    auto result_json = [&](const char* bench, double t_fused, double t_unfused) {
+      nlohmann::json j = run_metadata(command_line());
+      j["bench"] = bench;
+      put_shape(j);
+      j["transport"] = "local virtual ranks (device stores between ranks' buffers)";
+      j["plan"] = L->describe();
+      j["fused_ms"] = t_fused;
+      j["unfused_ms"] = t_unfused;
+      j["speedup_vs_unfused"] = t_unfused / t_fused;
+      return j;
+    };
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (o->backward) {
@@ -689,21 +705,7 @@ void add_bench_moe(CLI::App& bench) {
                   "fp64 (3 tokens of rank 0) %.2e\n",
                   bitwise ? "yes" : "no", rel);
       if (!o->json.empty()) {
-        nlohmann::json j = run_metadata(command_line());
-        j["bench"] = "moe_backward";
-        j["model"] = o->model;
-        j["world"] = W;
-        j["tokens"] = T;
-        j["hidden"] = H;
-        j["intermediate"] = I;
-        j["experts"] = E;
-        j["top_k"] = k;
-        j["routing"] = o->routing;
-        j["transport"] = "local virtual ranks (device stores between ranks' buffers)";
-        j["plan"] = L->describe();
-        j["fused_ms"] = t_fused;
-        j["unfused_ms"] = t_unfused;
-        j["speedup_vs_unfused"] = t_unfused / t_fused;
+        nlohmann::json j = result_json("moe_backward", t_fused, t_unfused);
         j["flops"] = flops;
         j["fused_tflops"] = flops / (t_fused * 1e-3) / 1e12;
         j["unfused_tflops"] = flops / (t_unfused * 1e-3) / 1e12;
@@ -815,21 +817,7 @@ void add_bench_moe(CLI::App& bench) {
                                                 "", o->trace_svg));
     }
     if (!o->json.empty()) {
-      nlohmann::json j = run_metadata(command_line());
-      j["bench"] = "moe";
-      j["model"] = o->model;
-      j["world"] = W;
-      j["tokens"] = T;
-      j["hidden"] = H;
-      j["intermediate"] = I;
-      j["experts"] = E;
-      j["top_k"] = k;
-      j["routing"] = o->routing;
-      j["transport"] = "local virtual ranks (device stores between ranks' buffers)";
-      j["plan"] = L->describe();
-      j["fused_ms"] = t_fused;
-      j["unfused_ms"] = t_unfused;
-      j["speedup_vs_unfused"] = t_unfused / t_fused;
+      nlohmann::json j = result_json("moe", t_fused, t_unfused);
       j["fused_tflops"] = flops / (t_fused * 1e-3) / 1e12;
       j["weight_bytes"] = weight_bytes;
       j["weight_floor_ms"] = floor_ms;

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "bench_timing.h"
+#include "bench_tp_report.h"
 #include "bench_tp_nccl.h"
 #include "common.h"
 #include "kernels/gemm/bf16.h"
@@ -112,20 +113,8 @@ Status baseline(Ctx& c, bool overlapped, int part /* 0 all, 1 comm only, 2 gemm 
   const int64_t M = g.m, N = g.n, K = g.k, R = M / W;
   const bool comm = part != 2, gemm = part != 1;
   cudaStream_t s0 = c.s0, s1 = overlapped ? c.s1 : c.s0;
-  auto fork = [&]() -> Status {  // s1 starts after s0's prior work
-    if (s1 != s0) {
-      KOSMOS_CUDA_CHECK(cudaEventRecord(c.ev[63], s0));
-      KOSMOS_CUDA_CHECK(cudaStreamWaitEvent(s1, c.ev[63]));
-    }
-    return Status::ok();
-  };
-  auto join = [&]() -> Status {
-    if (s1 != s0) {
-      KOSMOS_CUDA_CHECK(cudaEventRecord(c.ev[62], s1));
-      KOSMOS_CUDA_CHECK(cudaStreamWaitEvent(s0, c.ev[62]));
-    }
-    return Status::ok();
-  };
+  auto fork = [&] { return stream_wait(s1, s0, c.ev[63]); };  // s1 starts after s0's prior work
+  auto join = [&] { return stream_wait(s0, s1, c.ev[62]); };  // s0 continues after s1's work
   if (W == 1) {  // the plain path: no communication, the GEMM(s) on the inputs
     if (!gemm) return Status::ok();
     switch (g.op) {
@@ -361,7 +350,6 @@ void add_bench_tp(CLI::App& bench) {
     throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 1); }, &t_comm));
     throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 2); }, &t_gemm));
     const double ideal = std::max(t_comm, t_gemm);
-    const double tf = flops(cfg) / (t_fused * 1e-3) / 1e12;
     std::printf("%s %s W=%d M=%ld N=%ld K=%ld (virtual ranks on one GPU; device copies stand in for NCCL)\n", o->model.c_str(),
                 to_string(cfg.op), cfg.world, cfg.m, cfg.n, cfg.k);
     std::printf("  %s\n", fused->describe().c_str());
@@ -401,17 +389,7 @@ void add_bench_tp(CLI::App& bench) {
       j["n"] = cfg.n;
       j["k"] = cfg.k;
       j["transport"] = "local virtual ranks (device copies stand in for NCCL)";
-      j["fused_ms"] = t_fused;
-      j["fused_tflops"] = tf;
-      j["unfused_ms"] = t_unfused;
-      j["baseline_a_ms"] = t_a;
-      j["baseline_b_ms"] = t_b;
-      j["comm_only_ms"] = t_comm;
-      j["gemm_only_ms"] = t_gemm;
-      j["ideal_overlap_ms"] = ideal;
-      j["speedup_vs_a"] = t_a / t_fused;
-      j["speedup_vs_b"] = t_b / t_fused;
-      j["fraction_of_ideal"] = ideal / t_fused;
+      put_tp_times(j, {t_fused, t_unfused, t_a, t_b, t_comm, t_gemm}, flops(cfg));
       j["bitwise_fused_eq_unfused"] = bitwise;
       j["rel_err_vs_cublas"] = worst;
       throw_if_error(write_json(o->json, j));

@@ -50,6 +50,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
+#include "bench_tp_report.h"
 #include "bench_tp_nccl.h"
 #include "common.h"
 #include "kosmos/cuda_check.h"
@@ -258,20 +260,8 @@ Status baseline(Net& c, bool overlapped, int part) {
   const bool comm = part != 2, gemm = part != 1;
   const ncclDataType_t bf = ncclBfloat16;
   cudaStream_t s0 = c.s0, s1 = overlapped ? c.s1 : c.s0;
-  auto fork = [&]() -> Status {
-    if (s1 != s0) {
-      KOSMOS_CUDA_CHECK(cudaEventRecord(c.ev[64], s0));
-      KOSMOS_CUDA_CHECK(cudaStreamWaitEvent(s1, c.ev[64]));
-    }
-    return Status::ok();
-  };
-  auto join = [&]() -> Status {
-    if (s1 != s0) {
-      KOSMOS_CUDA_CHECK(cudaEventRecord(c.ev[65], s1));
-      KOSMOS_CUDA_CHECK(cudaStreamWaitEvent(s0, c.ev[65]));
-    }
-    return Status::ok();
-  };
+  auto fork = [&] { return stream_wait(s1, s0, c.ev[64]); };  // s1 starts after s0's prior work
+  auto join = [&] { return stream_wait(s0, s1, c.ev[65]); };  // s0 continues after s1's work
   using TB = TpBuffer;
   if (W == 1) {  // the plain path: the GEMM(s) on the inputs, no communication
     if (!gemm) return Status::ok();
@@ -731,18 +721,8 @@ void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
     j["transport"] = "nccl (one process per GPU)";
     j["nccl_library"] = transport::nccl_library_version().to_string();
     j["nccl_headers"] = transport::nccl_header_version().to_string();
-    j["fused_ms"] = t_fused;
-    j["fused_tflops"] = tf;
+    put_tp_times(j, {t_fused, t_unfused, t_a, t_b, t_comm, t_gemm}, flops(cfg));
     j["fused_tflops_per_gpu"] = tf / W;
-    j["unfused_ms"] = t_unfused;
-    j["baseline_a_ms"] = t_a;
-    j["baseline_b_ms"] = t_b;
-    j["comm_only_ms"] = t_comm;
-    j["gemm_only_ms"] = t_gemm;
-    j["ideal_overlap_ms"] = ideal;
-    j["speedup_vs_a"] = t_a / t_fused;
-    j["speedup_vs_b"] = t_b / t_fused;
-    j["fraction_of_ideal"] = ideal / t_fused;
     j["bitwise_fused_eq_unfused"] = bitwise;
     j["rel_err_vs_cublas"] = err_cublas;
     j["rel_err_vs_fp64_sampled"] = err_fp64;

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "graph_replay.h"
+
 #include "gemm_reference.h"
 #include "kosmos/tp.h"
 
@@ -179,19 +181,8 @@ inline void run_and_check_tp(TpConfig c, uint64_t seed, int graph_replays = 0) {
   fill_inputs(*unfused, hu, seed);
   cudaStream_t st = nullptr;
   if (!c.cpu) cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-  if (graph_replays > 0) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-    ASSERT_TRUE(fused->run(st).is_ok());
-    ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    for (int i = 0; i < graph_replays; ++i) ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-  } else {
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(fused->run(st).is_ok());  // twice: epochs advance, no reset
-  }
+  run_graph_or_twice(st, graph_replays, [&] { return fused->run(st); });
+  if (::testing::Test::HasFatalFailure()) return;
   s = fused->finish(st);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   ASSERT_TRUE(unfused->run(st).is_ok());

@@ -137,46 +137,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, I, kernels::kMoeFlagBackward};
   };
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
-    TaskRec t;
-    t.kind = kind;
-    t.rank = rank;
-    std::memcpy(t.args, args, bytes);
-    t.phase = phase;
-    dp.tasks.push_back(std::move(t));
-    return dp.tasks.back();
+    return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
-  for (uint32_t s = 0; s < W; ++s) {
-    const auto a = moe_args(0, 0, 0);
-    TaskRec& t = add(TaskKind::kMoeRoute, s, &a, sizeof(a), kRoute);
-    for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_counts, uint16_t(r), 1});
-  }
-  for (uint32_t r = 0; r < W; ++r) {
-    const auto a = moe_args(0, 0, 0);
-    TaskRec& t = add(TaskKind::kMoeOffsets, r, &a, sizeof(a), kOffsets);
-    t.waits.push_back({c_counts, plan::kWaitAll});
-    t.signals.push_back({c_layout, uint16_t(r), 1});
-  }
-  // Dispatch as in the forward (moe_layer.cpp), moving x and dy rows.
-  const uint32_t epb = cfg.dispatch_experts_per_task > 0
-                           ? uint32_t(cfg.dispatch_experts_per_task)
-                           : std::max<uint32_t>(1, uint32_t((int64_t(W) * E + 4 * ctas - 1) / (4 * ctas)));
-  const uint32_t blocks = W * W * ((L + epb - 1) / epb);
-  const int64_t rows_per_pair = std::max<int64_t>(1, int64_t(T) * k / E);
-  const uint32_t num_slices =
-      cfg.dispatch_slices > 0
-          ? uint32_t(cfg.dispatch_slices)
-          : uint32_t(std::clamp<int64_t>(std::min<int64_t>((4 * ctas + blocks - 1) / blocks, rows_per_pair / 16), 1, 64));
-  for (uint32_t l0 = 0; l0 < L; l0 += epb)
-    for (uint32_t sl = 0; sl < num_slices; ++sl)
-      for (uint32_t s = 0; s < W; ++s)
-        for (uint32_t d = 0; d < W; ++d) {
-          const uint32_t l1 = std::min(L, l0 + epb);
-          const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
-          TaskRec& t = add(TaskKind::kMoeDispatch, s, &a, sizeof(a), kDispatch);
-          t.waits.push_back({c_layout, 1});
-          t.signals.push_back({c_arrive_all, uint16_t(d), 1});
-          for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c_arrive + l, uint16_t(d), 1});
-        }
+  add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
   auto run_slots = [&](uint32_t ri) {
     const uint32_t m0 = ri * run;
     return std::pair<uint32_t, uint32_t>{m0, std::min<uint32_t>(run, uint32_t(slots - m0))};

@@ -328,46 +328,10 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, 0u, 0u};
   };
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
-    TaskRec t;
-    t.kind = kind;
-    t.rank = rank;
-    std::memcpy(t.args, args, bytes);
-    t.phase = phase;
-    tasks.push_back(std::move(t));
-    return tasks.back();
+    return ops::moe::add_task(tasks, kind, rank, args, bytes, phase);
   };
-  for (uint32_t s = 0; s < W; ++s) {
-    const auto a = moe_args(0, 0, 0);
-    TaskRec& t = add(TaskKind::kMoeRoute, s, &a, sizeof(a), kPhaseRoute);
-    for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_counts, uint16_t(r), 1});
-  }
-  for (uint32_t r = 0; r < W; ++r) {
-    const auto a = moe_args(0, 0, 0);
-    TaskRec& t = add(TaskKind::kMoeOffsets, r, &a, sizeof(a), kPhaseOffsets);
-    t.waits.push_back({c_counts, plan::kWaitAll});
-    t.signals.push_back({c_layout, uint16_t(r), 1});
-  }
-  const uint32_t epb = cfg.dispatch_experts_per_task > 0
-                           ? uint32_t(cfg.dispatch_experts_per_task)
-                           : std::max<uint32_t>(1, uint32_t((int64_t(W) * E + 4 * ctas - 1) / (4 * ctas)));
-  // Row slices split an expert's rows from one source over several tasks when there are few
-  // (source, expert) pairs and many rows each (W = 1, T = 4096: 1024 rows per expert).
-  const uint32_t blocks = W * W * ((L + epb - 1) / epb);
-  const int64_t rows_per_pair = std::max<int64_t>(1, int64_t(T) * k / E);
-  const uint32_t num_slices = cfg.dispatch_slices > 0
-                                  ? uint32_t(cfg.dispatch_slices)
-                                  : uint32_t(std::clamp<int64_t>(std::min<int64_t>((4 * ctas + blocks - 1) / blocks, rows_per_pair / 16), 1, 64));
-  for (uint32_t l0 = 0; l0 < L; l0 += epb)
-    for (uint32_t sl = 0; sl < num_slices; ++sl)
-      for (uint32_t s = 0; s < W; ++s)
-        for (uint32_t d = 0; d < W; ++d) {
-          const uint32_t l1 = std::min(L, l0 + epb);
-          const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
-          TaskRec& t = add(TaskKind::kMoeDispatch, s, &a, sizeof(a), kPhaseDispatch);
-          t.waits.push_back({c_layout, 1});
-          t.signals.push_back({c_arrive_all, uint16_t(d), 1});
-          for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c_arrive + l, uint16_t(d), 1});
-        }
+  const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
+      cfg, ctas, {kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
   auto gemm1 = [&](uint32_t d, uint32_t ri) {
     const uint32_t m0 = ri * run, count = std::min<uint32_t>(run, uint32_t(slots - m0));
     for (int nb = 0; nb < p1.num_n_tiles; ++nb) {
@@ -429,7 +393,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   std::ostringstream os;
   os << "moe_forward W=" << W << " T=" << T << " H=" << H << " I=" << I << " E=" << E << " k=" << k << ": " << impl->tasks_fused
      << " tasks (" << kinds[size_t(TaskKind::kMoeRoute)] << " route, " << kinds[size_t(TaskKind::kMoeOffsets)] << " offsets, "
-     << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << epb << " experts x 1/" << num_slices << " of the rows each], "
+     << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << cut.experts_per_task << " experts x 1/" << cut.slices << " of the rows each], "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << "; GEMM2 lag " << lag << " runs; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;

@@ -3,7 +3,9 @@
 // one launch) and the unfused composition (one launch per phase, no counters, no GEMM wait rules).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,76 @@ struct DirectionPlan {
   int num_phases = 0;
   std::string summary;
 };
+
+// Appends a task with `bytes` of payload to `tasks` and returns it (for its waits and signals).
+inline TaskRec& add_task(std::vector<TaskRec>& tasks, plan::TaskKind kind, uint32_t rank, const void* args, size_t bytes,
+                         int phase) {
+  TaskRec t;
+  t.kind = kind;
+  t.rank = rank;
+  std::memcpy(t.args, args, bytes);
+  t.phase = phase;
+  tasks.push_back(std::move(t));
+  return tasks.back();
+}
+
+// Phases of the tasks both directions start with.
+struct FrontPhases {
+  int route, offsets, dispatch;
+};
+// Counters those tasks signal: counts (every route -> every rank), layout (offsets -> own rank),
+// arrive_all and arrive[l] (dispatch -> destination, per local expert l).
+struct FrontCounters {
+  uint32_t counts, layout, arrive_all, arrive;
+};
+
+// Route, offsets and dispatch tasks (forward and backward alike; the backward's dispatch also moves
+// dy rows, which its MoeArgs flags say). `moe_args(a, b, c)` makes a task payload, `add(kind, rank,
+// &args, sizeof args, phase)` appends a TaskRec and returns it. Dispatch tasks cover blocks of
+// experts and, when there are few (source, expert) pairs with many rows each, slices of the rows.
+// Returns how dispatch was cut: experts per task and row slices.
+struct DispatchCut {
+  uint32_t experts_per_task, slices;
+};
+template <class Args, class Add>
+DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& ph, const FrontCounters& c, Args&& moe_args,
+                     Add&& add) {
+  const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W;
+  for (uint32_t s = 0; s < W; ++s) {
+    const auto a = moe_args(0, 0, 0);
+    TaskRec& t = add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a), ph.route);
+    for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c.counts, uint16_t(r), 1});
+  }
+  for (uint32_t r = 0; r < W; ++r) {
+    const auto a = moe_args(0, 0, 0);
+    TaskRec& t = add(plan::TaskKind::kMoeOffsets, r, &a, sizeof(a), ph.offsets);
+    t.waits.push_back({c.counts, plan::kWaitAll});
+    t.signals.push_back({c.layout, uint16_t(r), 1});
+  }
+  const uint32_t epb = cfg.dispatch_experts_per_task > 0
+                           ? uint32_t(cfg.dispatch_experts_per_task)
+                           : std::max<uint32_t>(1, uint32_t((int64_t(W) * E + 4 * ctas - 1) / (4 * ctas)));
+  // Row slices split an expert's rows from one source over several tasks when there are few
+  // (source, expert) pairs and many rows each (W = 1, T = 4096: 1024 rows per expert).
+  const uint32_t blocks = W * W * ((L + epb - 1) / epb);
+  const int64_t rows_per_pair = std::max<int64_t>(1, int64_t(cfg.tokens) * cfg.top_k / E);
+  const uint32_t num_slices =
+      cfg.dispatch_slices > 0
+          ? uint32_t(cfg.dispatch_slices)
+          : uint32_t(std::clamp<int64_t>(std::min<int64_t>((4 * ctas + blocks - 1) / blocks, rows_per_pair / 16), 1, 64));
+  for (uint32_t l0 = 0; l0 < L; l0 += epb)
+    for (uint32_t sl = 0; sl < num_slices; ++sl)
+      for (uint32_t s = 0; s < W; ++s)
+        for (uint32_t d = 0; d < W; ++d) {
+          const uint32_t l1 = std::min(L, l0 + epb);
+          const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
+          TaskRec& t = add(plan::TaskKind::kMoeDispatch, s, &a, sizeof(a), ph.dispatch);
+          t.waits.push_back({c.layout, 1});
+          t.signals.push_back({c.arrive_all, uint16_t(d), 1});
+          for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c.arrive + l, uint16_t(d), 1});
+        }
+  return {epb, num_slices};
+}
 
 // The backward pass of `cfg` (cfg.backward set, validated) over the layer's buffers `mem`; `ctas`
 // sizes the tasks (as for the forward). Design: docs/design/moe.md.

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "../graph_replay.h"
 #include "../moe_check.h"
 #include "gpu_skip.h"
 #include "kosmos/runtime.h"
@@ -21,22 +22,13 @@ void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routi
   fill_moe(*L, h, 4242 + W + T + E, routing);
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  if (graph_replays) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    ASSERT_TRUE(L->run_composition(true, st).is_ok());  // first run outside (parameters uploaded)
+  if (graph_replays) {  // first run outside the graph (parameters uploaded), then a poisoned start
+    ASSERT_TRUE(L->run_composition(true, st).is_ok());
     ASSERT_TRUE(L->finish(st).is_ok());
     poison(*L);
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-    ASSERT_TRUE(L->run_composition(true, st).is_ok());
-    ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    for (int i = 0; i < graph_replays; ++i) ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-  } else {
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_composition(true, st).is_ok());
   }
+  run_graph_or_twice(st, graph_replays, [&] { return L->run_composition(true, st); });
+  if (::testing::Test::HasFatalFailure()) return;
   s = L->finish(st);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   const std::string what = "W=" + std::to_string(W) + " T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" +
@@ -89,22 +81,13 @@ void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Rout
   fill_moe_backward(*L, h, 5151 + W + T + E, routing);
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  if (graph_replays) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    ASSERT_TRUE(L->run_backward_composition(true, st).is_ok());  // first run outside (parameters uploaded)
+  if (graph_replays) {  // first run outside the graph (parameters uploaded), then a poisoned start
+    ASSERT_TRUE(L->run_backward_composition(true, st).is_ok());
     ASSERT_TRUE(L->finish(st).is_ok());
     poison_backward(*L);
-    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-    ASSERT_TRUE(L->run_backward_composition(true, st).is_ok());
-    ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    for (int i = 0; i < graph_replays; ++i) ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-  } else {
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_backward_composition(true, st).is_ok());
   }
+  run_graph_or_twice(st, graph_replays, [&] { return L->run_backward_composition(true, st); });
+  if (::testing::Test::HasFatalFailure()) return;
   s = L->finish(st);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   const std::string what = "W=" + std::to_string(W) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
