@@ -39,6 +39,10 @@ struct OpBody {
   static constexpr size_t kSmemBytes = kernels::gemm::kGemmSmemBytesMax;
   __device__ __forceinline__ static void run(const plan::Task& t, const runtime::TaskContext& ctx, char* smem) {
     if (t.kind == plan::TaskKind::kGemmTile) {
+      // The tile reads with TMA (the async proxy) what peers wrote with ordinary stores; the
+      // runtime's claim-time acquire orders the generic proxy only, so thread 0 -- which made that
+      // acquire and issues the TMA loads -- fences the async proxy after it.
+      if (ctx.thread_idx == 0 && t.num_waits > 0) runtime::fence_proxy_async_global();
       const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.p->body);
       const auto args = t.args<kernels::gemm::GemmTileArgs>();
       RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem]};

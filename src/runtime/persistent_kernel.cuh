@@ -189,18 +189,10 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
       if (ok) {
         // A reference into global memory, not a copy: keeps 64 bytes of registers free.
         const plan::Task& task = p.tasks[slot];
-        bool acquired = false;
         for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
           const plan::Wait wt = p.waits[task.first_wait + w];
-          if (!wt.deferred()) {
-            ok = ctx.wait_counter(task, wt.counter, wt.value());
-            acquired = true;
-          }
+          if (!wt.deferred()) ok = ctx.wait_counter(task, wt.counter, wt.value());
         }
-        // Bodies read with TMA (the async proxy) what peers wrote with ordinary stores; the acquire
-        // orders the generic proxy only, so this thread -- which also issues the GEMM's TMA loads --
-        // fences the async proxy after it.
-        if (acquired) fence_proxy_async_global();
         s_start_ns = globaltimer_ns();
         if (ok && p.audit) {
           AuditRecord& a = p.audit[slot];
