@@ -1,6 +1,8 @@
 #include "bench_timing.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <vector>
 
 #include "kosmos/cuda_check.h"
@@ -30,6 +32,46 @@ Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status(
   std::sort(v.begin(), v.end());
   *median_ms = v[v.size() / 2];
   return Status::ok();
+}
+
+std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels,
+                            int lanes) {
+  struct Acc {
+    std::vector<double> us;
+    uint64_t first = UINT64_MAX, last = 0;
+  };
+  std::map<std::string, Acc> by;
+  uint64_t t0 = UINT64_MAX, t1 = 0;
+  double busy = 0;
+  for (const auto& r : records) {
+    if (r.end_ns == 0) continue;
+    Acc& a = by[r.task_id < labels.size() ? labels[r.task_id] : std::string("?")];
+    a.us.push_back((r.end_ns - r.start_ns) * 1e-3);
+    a.first = std::min(a.first, r.start_ns);
+    a.last = std::max(a.last, r.end_ns);
+    t0 = std::min(t0, r.start_ns);
+    t1 = std::max(t1, r.end_ns);
+    busy += (r.end_ns - r.start_ns) * 1e-3;
+  }
+  if (by.empty()) return "  (no trace records)\n";
+  const double span = (t1 - t0) * 1e-3;
+  char line[256];
+  std::string out;
+  std::snprintf(line, sizeof line, "  trace: span %.1f us, tasks busy %.1f%% of %d SMs over it\n", span,
+                100.0 * busy / (std::max(1, lanes) * span), lanes);
+  out += line;
+  std::snprintf(line, sizeof line, "  %-26s %7s %11s %9s %9s %11s %11s\n", "tasks", "count", "SM-busy ms", "mean us",
+                "median us", "first us", "last us");
+  out += line;
+  for (auto& [name, a] : by) {
+    std::sort(a.us.begin(), a.us.end());
+    double sum = 0;
+    for (double v : a.us) sum += v;
+    std::snprintf(line, sizeof line, "  %-26s %7zu %11.3f %9.2f %9.2f %11.1f %11.1f\n", name.c_str(), a.us.size(), sum * 1e-3,
+                  sum / a.us.size(), a.us[a.us.size() / 2], (a.first - t0) * 1e-3, (a.last - t0) * 1e-3);
+    out += line;
+  }
+  return out;
 }
 
 }  // namespace kosmos::cli

@@ -5,7 +5,10 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <string>
+#include <vector>
 
+#include "kosmos/runtime_types.h"
 #include "kosmos/status.h"
 
 namespace kosmos::cli {
@@ -20,5 +23,12 @@ inline Status stream_wait(cudaStream_t waiter, cudaStream_t source, cudaEvent_t 
     return Status(StatusCode::kCudaError, "stream_wait: cudaEventRecord / cudaStreamWaitEvent failed");
   return Status::ok();
 }
+
+// Where the time of one traced fused run went, by task label (labels[task_id]; e.g.
+// MoeLayer::task_labels): tasks, SM-busy time, mean / median task, and the window from the first
+// start to the last end of that label. The header line gives the run's span and the busy fraction
+// of `lanes` SMs over it. Records that did not run (end_ns == 0) are skipped.
+std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels,
+                            int lanes);
 
 }  // namespace kosmos::cli

@@ -128,6 +128,14 @@ Status reference_token_backward(const MoeLayer& L, int64_t t, const std::vector<
 }
 
 // The backward outputs of every rank, as raw bytes (for the bitwise comparison).
+// Poison (0xFF bytes: bf16 NaN) on the stream the layer runs on. NOT cudaMemset: that runs on the
+// legacy default stream, which a cudaStreamNonBlocking stream does not wait for, so the memset
+// raced the fused kernel and overwrote most of d_gate_up after the kernel had stored it (the
+// "non-finite backward output" of the second session).
+void poison_on(cudaStream_t s, void* p, size_t bytes) {
+  if (cudaMemsetAsync(p, 0xFF, bytes, s) != cudaSuccess) throw Error(Status(StatusCode::kCudaError, "poison"));
+}
+
 Status download_grads(const MoeLayer& L, std::vector<std::vector<uint8_t>>* out) {
   out->clear();
   for (int r = 0; r < L.config().world; ++r)
@@ -631,15 +639,34 @@ void add_bench_moe(CLI::App& bench) {
     };
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    // --trace-svg: one more fused run, its timeline as SVG and where its time went by task label.
+    auto trace_one_run = [&](bool backward) {
+      throw_if_error(backward ? L->run_backward_composition(true, s) : L->run_composition(true, s));
+      throw_if_error(L->finish(s));
+      std::vector<runtime::TraceRecord> tr;
+      throw_if_error(L->read_trace(&tr, backward));
+      int dev = 0, sms = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      std::printf("%s", trace_breakdown(tr, L->task_labels(backward), sms).c_str());
+      throw_if_error(runtime::write_trace_files(tr, std::string("kosmos moe ") + (backward ? "backward " : "forward ") + o->model +
+                                                        " W=" + std::to_string(W) + " T=" + std::to_string(T) +
+                                                        " (virtual ranks, one H200)",
+                                                "", o->trace_svg));
+    };
     if (o->backward) {
       std::fprintf(stderr, "[bench moe] backward: verifying...\n");
+      auto poison_grads = [&] {
+        for (int r = 0; r < W; ++r)
+          for (MoeBuffer b : {MoeBuffer::kDx, MoeBuffer::kDWeights, MoeBuffer::kDGateUp, MoeBuffer::kDDown})
+            poison_on(s, L->buffer(b, r), L->buffer_bytes(b));
+      };
+      poison_grads();
       throw_if_error(L->run_backward_composition(false, s));
       throw_if_error(L->finish(s));
       std::vector<std::vector<uint8_t>> unf, fus;
       throw_if_error(download_grads(*L, &unf));
-      for (int r = 0; r < W; ++r)
-        for (MoeBuffer b : {MoeBuffer::kDx, MoeBuffer::kDWeights, MoeBuffer::kDGateUp, MoeBuffer::kDDown})
-          if (cudaMemset(L->buffer(b, r), 0xFF, L->buffer_bytes(b)) != cudaSuccess) throw Error(Status(StatusCode::kCudaError, "poison"));
+      poison_grads();
       throw_if_error(L->run_backward_composition(true, s));
       throw_if_error(L->finish(s));
       throw_if_error(download_grads(*L, &fus));
@@ -704,6 +731,7 @@ void add_bench_moe(CLI::App& bench) {
       std::printf("  bitwise fused==unfused (dx, d_weights, dGateUp, dDown of every rank): %s; rel.err of dx, d_weights vs "
                   "fp64 (3 tokens of rank 0) %.2e\n",
                   bitwise ? "yes" : "no", rel);
+      if (!o->trace_svg.empty()) trace_one_run(true);
       if (!o->json.empty()) {
         nlohmann::json j = result_json("moe_backward", t_fused, t_unfused);
         j["flops"] = flops;
@@ -718,13 +746,16 @@ void add_bench_moe(CLI::App& bench) {
     }
 
     std::fprintf(stderr, "[bench moe] verifying...\n");
+    auto poison_y = [&] {
+      for (int r = 0; r < W; ++r) poison_on(s, L->buffer(MoeBuffer::kY, r), L->buffer_bytes(MoeBuffer::kY));
+    };
+    poison_y();
     throw_if_error(L->run_composition(false, s));
     throw_if_error(L->finish(s));
     std::vector<uint16_t> y_unfused, y_fused;
     std::vector<std::vector<uint16_t>> unf(W);
     for (int r = 0; r < W; ++r) throw_if_error(download(L->buffer(MoeBuffer::kY, r), size_t(T * H), 0, &unf[r]));
-    if (cudaMemset(L->buffer(MoeBuffer::kY, 0), 0xFF, L->buffer_bytes(MoeBuffer::kY)) != cudaSuccess)
-      throw Error(Status(StatusCode::kCudaError, "poison"));
+    poison_y();
     throw_if_error(L->run_composition(true, s));
     throw_if_error(L->finish(s));
     bool bitwise = true;
@@ -732,6 +763,10 @@ void add_bench_moe(CLI::App& bench) {
       std::vector<uint16_t> yf;
       throw_if_error(download(L->buffer(MoeBuffer::kY, r), size_t(T * H), 0, &yf));
       bitwise &= yf == unf[r];
+      for (size_t e = 0; e < yf.size(); ++e)  // every row written (both runs start from NaN poison)
+        if (!std::isfinite(kernels::gemm::bf16_to_float(yf[e])))
+          throw Error(Status(StatusCode::kInternal, "fused output y of rank " + std::to_string(r) + " is not finite at token " +
+                                                        std::to_string(e / size_t(H)) + " col " + std::to_string(e % size_t(H))));
       if (r == 0) y_fused = yf;
     }
     double num = 0, den = 0;
@@ -807,15 +842,7 @@ void add_bench_moe(CLI::App& bench) {
     if (!o->skip_cublas)
       std::printf("  cuBLAS grouped pipeline: %s; rel.err vs fused (y of every rank) %.2e; fused speedup over it %.3fx\n",
                   cublas_desc.c_str(), rel_cublas, t_cublas / t_fused);
-    if (!o->trace_svg.empty()) {
-      throw_if_error(L->run_composition(true, s));
-      throw_if_error(L->finish(s));
-      std::vector<runtime::TraceRecord> tr;
-      throw_if_error(L->read_trace(&tr));
-      throw_if_error(runtime::write_trace_files(tr, "kosmos moe forward " + o->model + " W=" + std::to_string(W) + " T=" +
-                                                        std::to_string(T) + " (virtual ranks, one H200)",
-                                                "", o->trace_svg));
-    }
+    if (!o->trace_svg.empty()) trace_one_run(false);
     if (!o->json.empty()) {
       nlohmann::json j = result_json("moe", t_fused, t_unfused);
       j["fused_tflops"] = flops / (t_fused * 1e-3) / 1e12;

@@ -109,7 +109,10 @@ class MoeLayer {
   Status run_backward(cudaStream_t stream = nullptr);
   Status run_backward_composition(bool fused, cudaStream_t stream = nullptr);
   Status finish(cudaStream_t stream = nullptr);
-  Status read_trace(std::vector<runtime::TraceRecord>* out) const;  // of the last fused run
+  Status read_trace(std::vector<runtime::TraceRecord>* out, bool backward = false) const;  // of the last fused run
+  // A label per task of the fused plan (index = TraceRecord::task_id): the task kind, or for GEMM
+  // tiles "gemm <problem>" (GEMM1 / GEMM2; backward: H1 (recompute), dA', dX, dDown, dGateUp).
+  const std::vector<std::string>& task_labels(bool backward = false) const;
   size_t num_tasks(bool fused = true) const;
   size_t num_backward_tasks(bool fused = true) const;  // 0 without cfg.backward
   std::string describe() const;

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <unordered_set>
-
 
 namespace kosmos::ops {
 
@@ -61,54 +59,123 @@ std::string RasterChoice::describe() const {
   return buf;
 }
 
-double estimate_hbm_bytes(const std::vector<GemmRun>& order, int ctas, int64_t a_block_bytes, int64_t b_block_bytes,
-                          int64_t l2_bytes) {
+double estimate_hbm_bytes(const std::vector<GemmRun>& order, const RasterProblem& p, int64_t l2_bytes) {
+  // Tasks of expected-empty slots return at once on the device: drop them (and the empty tail of a
+  // run down M), so they neither read nor hold a CTA of the wave.
+  const int64_t real_end = p.m_real_end > 0 ? p.m_real_end : INT64_MAX;
+  std::vector<GemmRun> work;
+  work.reserve(order.size());
+  int max_m = 0, max_n = 0;
+  for (GemmRun t : order) {
+    if (t.tile_m >= real_end) continue;
+    if (!t.along_n) t.count = uint32_t(std::min<int64_t>(t.count, real_end - t.tile_m));
+    max_m = std::max(max_m, int(t.tile_m + (t.along_n ? 0 : t.count - 1)));
+    max_n = std::max(max_n, int(t.tile_n + (t.along_n ? t.count - 1 : 0)));
+    work.push_back(t);
+  }
+  // A block identity: its m block. B block identity: n, or (group, n) for grouped problems.
+  const int spg = p.slots_per_group;
+  const int n_span = max_n + 1;
+  auto b_id = [&](int m, int n) { return spg > 0 ? (m - p.m_begin) / spg * n_span + n : n; };
+  // a_step / b_step[id]: the last step that read the block. Read in this step: counted once; in the
+  // previous one: an L2 hit if that step's blocks fit.
+  std::vector<int64_t> a_step(size_t(max_m) + 1, -1), b_step(size_t(b_id(max_m, max_n)) + 1, -1);
+  const size_t ctas = size_t(std::max(1, p.ctas));
   double bytes = 0;
-  std::unordered_set<uint32_t> prev_m, prev_n, cur_m, cur_n;
   bool prev_fits = false;
-  for (size_t w0 = 0; w0 < order.size(); w0 += size_t(std::max(1, ctas))) {
-    const size_t w1 = std::min(order.size(), w0 + size_t(std::max(1, ctas)));
+  int64_t step = 0;
+  for (size_t w0 = 0; w0 < work.size(); w0 += ctas) {
+    const size_t w1 = std::min(work.size(), w0 + ctas);
     uint32_t steps = 0;
-    for (size_t i = w0; i < w1; ++i) steps = std::max(steps, order[i].count);
-    for (uint32_t j = 0; j < steps; ++j) {
-      cur_m.clear();
-      cur_n.clear();
+    for (size_t i = w0; i < w1; ++i) steps = std::max(steps, work[i].count);
+    for (uint32_t j = 0; j < steps; ++j, ++step) {
+      int64_t a_blocks = 0, b_blocks = 0;
+      auto read = [&](int64_t& last, int64_t block_bytes, int64_t& blocks) {
+        if (last == step) return;
+        if (!(prev_fits && last == step - 1)) bytes += double(block_bytes);
+        last = step;
+        ++blocks;
+      };
       for (size_t i = w0; i < w1; ++i) {
-        const GemmRun& t = order[i];
+        const GemmRun& t = work[i];
         if (j >= t.count) continue;
-        cur_m.insert(t.tile_m + (t.along_n ? 0 : j));
-        cur_n.insert(t.tile_n + (t.along_n ? j : 0));
+        const int m = int(t.tile_m + (t.along_n ? 0 : j)), n = int(t.tile_n + (t.along_n ? j : 0));
+        read(a_step[size_t(m)], p.a_block_bytes, a_blocks);
+        read(b_step[size_t(b_id(m, n))], p.b_block_bytes, b_blocks);
       }
-      for (uint32_t m : cur_m)
-        if (!(prev_fits && prev_m.count(m))) bytes += double(a_block_bytes);
-      for (uint32_t n : cur_n)
-        if (!(prev_fits && prev_n.count(n))) bytes += double(b_block_bytes);
-      prev_fits = int64_t(cur_m.size()) * a_block_bytes + int64_t(cur_n.size()) * b_block_bytes <= l2_bytes;
-      std::swap(prev_m, cur_m);
-      std::swap(prev_n, cur_n);
+      prev_fits = a_blocks * p.a_block_bytes + b_blocks * p.b_block_bytes <= l2_bytes;
     }
   }
   return bytes;
 }
 
+double estimate_hbm_bytes(const std::vector<GemmRun>& order, int ctas, int64_t a_block_bytes, int64_t b_block_bytes,
+                          int64_t l2_bytes) {
+  RasterProblem p;
+  p.ctas = ctas;
+  p.a_block_bytes = a_block_bytes;
+  p.b_block_bytes = b_block_bytes;
+  return estimate_hbm_bytes(order, p, l2_bytes);
+}
+
+namespace {
+// The estimate, averaged over where the group boundaries fall when slots_per_group is a guess: the
+// device maps slots to groups from the run-time sizes, and an order that does well only when its
+// runs or claim groups line up with the guessed groups (runs of slots_per_group down M, say) would
+// do worse on real sizes.
+double expected_hbm_bytes(const std::vector<GemmRun>& order, const RasterProblem& p) {
+  if (p.slots_per_group <= 1 || p.exact_groups) return estimate_hbm_bytes(order, p, kL2Bytes);
+  const int shifts = std::min(p.slots_per_group, 4);
+  double sum = 0;
+  for (int s = 0; s < shifts; ++s) {
+    RasterProblem q = p;
+    q.m_begin -= s * p.slots_per_group / shifts;  // moves every boundary s/shifts of a group down
+    sum += estimate_hbm_bytes(order, q, kL2Bytes);
+  }
+  return sum / shifts;
+}
+}  // namespace
+
 std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen, std::vector<RasterChoice>* considered) {
   const int m_tiles = p.m_end - p.m_begin;
   if (m_tiles <= 0 || p.n_tiles <= 0) return {};
   const int ctas = std::max(1, p.ctas);
+  const int share = p.share_ctas > 0 ? p.share_ctas : ctas;
+  // The makespan counts the m blocks expected to hold work (all of them when none is marked empty).
+  const int real_end = p.m_real_end > 0 ? std::min(p.m_real_end, p.m_end) : p.m_end;
+  const int real_m_tiles = real_end - p.m_begin;
   std::vector<RasterChoice> all;
   for (bool along_n : {false, true}) {
     if (along_n && !p.allow_along_n) continue;
-    const int dim = along_n ? p.n_tiles : m_tiles, other = along_n ? m_tiles : p.n_tiles;
-    const int share = p.share_ctas > 0 ? p.share_ctas : ctas;
-    const uint32_t run = choose_run_length(dim, other, share);
-    const int runs = (dim + int(run) - 1) / int(run);
-    for (int g = 1;; g = std::min(2 * g, runs)) {
-      const std::vector<GemmRun> order = make_order(p, along_n, run, g);
-      const double waves = std::ceil(double(order.size()) / share);
-      const double compute = waves * run * p.tile_seconds;
-      const double hbm = estimate_hbm_bytes(order, ctas, p.a_block_bytes, p.b_block_bytes, kL2Bytes);
-      all.push_back(RasterChoice{along_n, run, g, std::max(compute, hbm / kHbmBytesPerSecond) + waves * kRestartSeconds, hbm});
-      if (g == runs) break;
+    const int dim = along_n ? p.n_tiles : m_tiles;
+    // Run lengths to try. Dense: the makespan-optimal one. Grouped: every length up to 16 (the
+    // shortest for each number of runs; a longer one only unbalances the runs): no step of a large-K
+    // grouped GEMM fits the L2 (each B block serves only its group's slots), so a run re-reads its
+    // own A or B block every step and the best length trades sharing among concurrent CTAs against
+    // restarts, which the makespan alone does not see.
+    std::vector<uint32_t> lengths;
+    if (p.slots_per_group > 0) {
+      for (int run = 1; run <= std::min(dim, 16); ++run)
+        if (run == 1 || (dim + run - 1) / run < (dim + run - 2) / (run - 1)) lengths.push_back(uint32_t(run));
+    } else {
+      lengths.push_back(
+          choose_run_length(along_n ? p.n_tiles : real_m_tiles, along_n ? real_m_tiles : p.n_tiles, share));
+    }
+    for (const uint32_t run : lengths) {
+      const int runs = (dim + int(run) - 1) / int(run);
+      for (int g = 1;; g = std::min(2 * g, runs)) {
+        const std::vector<GemmRun> order = make_order(p, along_n, run, g);
+        const auto busy =
+            std::count_if(order.begin(), order.end(), [&](const GemmRun& t) { return int(t.tile_m) < real_end; });
+        // Grouped: the busy task count is a guess good to ~G/2 slots (several waves' worth), so any
+        // fill of the last wave is as likely as another: half a wave on average, not ceil()'s steps.
+        const double waves = p.slots_per_group > 0 ? double(busy) / share + 0.5 : std::ceil(double(busy) / share);
+        const double compute = waves * run * p.tile_seconds;
+        const double hbm = expected_hbm_bytes(order, p);
+        const double seconds = std::max(compute, hbm / kHbmBytesPerSecond) + waves * kRestartSeconds;
+        all.push_back(RasterChoice{along_n, run, g, seconds, hbm});
+        if (g == runs) break;
+      }
     }
   }
   // The cheapest estimate; among those within 1 % of it, the fewest HBM bytes (a GEMM near the
@@ -124,18 +191,35 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
   return order;
 }
 
-RasterProblem raster_problem(const kernels::gemm::GemmParams& p, int m_begin, int m_end, int ctas) {
+RasterProblem raster_problem(const kernels::gemm::GemmParams& p, int m_begin, int m_end, int ctas, int64_t expected_rows) {
   constexpr double kSmFlopsPerSecond = 730e12 / 132;
+  constexpr int bm = kernels::gemm::kGemmBlockM;
   const int bn = kernels::gemm::gemm_block_n(p.tile_shape);
+  const bool grouped_k = (p.layout & kernels::gemm::kGemmGroupedK) != 0;
+  // Grouped-K: a tile runs its group's K rows only, K_total / G on average.
+  const int64_t k_total = grouped_k && expected_rows > 0 ? std::min<int64_t>(expected_rows, p.k) : p.k;
+  const int64_t k = grouped_k ? std::max<int64_t>(1, k_total / std::max(1, p.num_groups)) : p.k;
   RasterProblem r;
   r.m_begin = m_begin;
   r.m_end = m_end;
   r.n_tiles = p.num_n_tiles;
   r.ctas = ctas;
-  r.a_block_bytes = int64_t(kernels::gemm::kGemmBlockM) * p.k * 2;
-  r.b_block_bytes = int64_t(bn) * p.k * 2;
-  r.tile_seconds = 2.0 * kernels::gemm::kGemmBlockM * bn * double(p.k) / kSmFlopsPerSecond;
-  r.allow_along_n = p.num_groups == 0;
+  r.a_block_bytes = int64_t(bm) * k * 2;
+  r.b_block_bytes = int64_t(bn) * k * 2;
+  r.tile_seconds = 2.0 * bm * bn * double(k) / kSmFlopsPerSecond;
+  if (grouped_k) {
+    r.slots_per_group = (p.m + bm - 1) / bm;  // fixed tiles per group; A and B both per group
+    r.exact_groups = true;
+  } else if (p.num_groups > 0) {
+    // The group sizes are known only on the device: assume the rows split evenly. The worst case
+    // counts one extra slot per group; each group's last block is partial, about half full on
+    // average, so about half of those extra slots hold work (the DeepSeek-V3 bench: 193 blocks of
+    // rows, 208 slots used of 225).
+    const int64_t rows = expected_rows > 0 ? std::min<int64_t>(expected_rows, p.m) : p.m;
+    const int blocks = int((rows + bm - 1) / bm);
+    r.slots_per_group = std::max(1, int(std::lround(double(blocks) / p.num_groups)));
+    r.m_real_end = std::min(m_end, std::max(m_begin + 1, blocks + (p.num_groups + 1) / 2));
+  }
   return r;
 }
 

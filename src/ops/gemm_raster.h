@@ -6,9 +6,17 @@
 // the L2 -- so every tile re-read its B block from HBM and the GEMM ran at half speed; runs along
 // N with the 8 m blocks claimed together share each B block among 8 CTAs.
 //
-// plan_gemm_runs tries both run directions and a range of group sizes, estimates each order's
-// time as max(compute makespan, HBM bytes / bandwidth) + per-task restart cost, with the HBM
-// bytes from a lockstep simulation of `ctas` CTAs (estimate_hbm_bytes), and keeps the cheapest.
+// plan_gemm_runs tries both run directions and a range of group sizes (grouped problems: also every
+// run length up to 16), estimates each order's time as max(compute makespan, HBM bytes / bandwidth)
+// + per-task restart cost, with the HBM bytes from a lockstep simulation of `ctas` CTAs
+// (estimate_hbm_bytes), and keeps the cheapest.
+//
+// Grouped GEMMs read a different B per group, so a B column block is shared only by the group's
+// slots. Example (32 DeepSeek-V3 experts, 24,588 rows, K = 7168, N = 4096): runs of 7 down M gave
+// each CTA its own (group, n) B block of 3.7 MB; 132 of them do not fit the L2, so B streamed from
+// HBM once per tile (13.1 GB by the estimate, 6x the ideal; 420 TFLOP/s measured vs 690 for
+// torch._grouped_mm). Runs of 2 along N claimed slot-major put the slots of a few groups in flight
+// with all their n blocks, so the CTAs that need an A or B block read it at the same time (3.4 GB).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +47,15 @@ struct RasterProblem {
   int64_t a_block_bytes = 0;   // one A row block: BM x K x 2
   int64_t b_block_bytes = 0;   // one B column block: BN x K x 2
   double tile_seconds = 0;     // one tile's mainloop at the engine's rate
-  bool allow_along_n = true;   // false: runs down M only (e.g. grouped slots that share a group)
+  bool allow_along_n = true;   // false: runs down M only
+  // Grouped: B differs per group, and m block i belongs to group (i - m_begin) / slots_per_group
+  // (the planner's guess: the device maps slots to groups from the run-time group sizes), so a B
+  // column block is (group, n). 0 = dense: every m block shares B.
+  int slots_per_group = 0;
+  bool exact_groups = false;   // slots_per_group is exact (grouped-K), not a guess
+  // Grouped: m blocks from here on are expected empty (worst-case slots past the real ones): they
+  // take no time and read nothing. 0 = none (m_end).
+  int m_real_end = 0;
 };
 
 struct RasterChoice {
@@ -50,10 +66,13 @@ struct RasterChoice {
   std::string describe() const;
 };
 
-// Estimated HBM bytes of a claim order: tasks start in waves of `ctas`; inside a wave the CTAs
+// Estimated HBM bytes of a claim order: tasks start in waves of `p.ctas`; inside a wave the CTAs
 // advance one tile per step in lockstep; a step reads the distinct A row and B column blocks of its
-// tiles, and a block also read in the previous step is an L2 hit when that step's blocks fit in
-// `l2_bytes`.
+// tiles (B blocks per group with p.slots_per_group; tiles from p.m_real_end on read nothing and
+// their tasks take no CTA), and a block also read in the previous step is an L2 hit when that
+// step's blocks fit in `l2_bytes`.
+double estimate_hbm_bytes(const std::vector<GemmRun>& order, const RasterProblem& p, int64_t l2_bytes);
+// The same for a dense problem (every m block shares B).
 double estimate_hbm_bytes(const std::vector<GemmRun>& order, int ctas, int64_t a_block_bytes, int64_t b_block_bytes,
                           int64_t l2_bytes);
 
@@ -61,8 +80,14 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
                                     std::vector<RasterChoice>* considered = nullptr);
 
 // The raster problem of m blocks [m_begin, m_end) of a planned GEMM (block sizes from its tile
-// shape and K; the tile time at the engine's measured ~730 TFLOP/s over 132 SMs).
-RasterProblem raster_problem(const kernels::gemm::GemmParams& p, int m_begin, int m_end, int ctas);
+// shape and K; the tile time at the engine's measured ~730 TFLOP/s over 132 SMs). Grouped: slots
+// per group and real slots from a uniform split of the rows (see gemm_raster.cpp); grouped-K: the
+// exact ceil(M / BM) slots per group and K_total / G per tile. expected_rows > 0 replaces the
+// planned total rows (grouped: m; grouped-K: K_total) by the rows expected at run time, for plans
+// whose buffers are sized for the worst case (the MoE backward at W = 8 plans K_total = W T k rows
+// per rank and receives about T k).
+RasterProblem raster_problem(const kernels::gemm::GemmParams& p, int m_begin, int m_end, int ctas,
+                             int64_t expected_rows = 0);
 
 // The task payload of a run.
 kernels::gemm::GemmTileArgs tile_args(uint32_t problem, const GemmRun& r);

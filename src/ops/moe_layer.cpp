@@ -171,6 +171,7 @@ struct MoeLayer::Impl {
   std::unique_ptr<ops::OpRunner> backward_fused;                 // cfg.backward only
   std::vector<std::unique_ptr<ops::OpRunner>> backward_unfused;  // one per phase
   size_t backward_tasks_fused = 0, backward_tasks_unfused = 0;
+  std::vector<std::string> labels, backward_labels;  // per fused task: kind, or "gemm <problem>"
   std::string summary;
 };
 
@@ -180,8 +181,19 @@ namespace {
 // per phase, no counters, GEMM wait rules cleared) of one direction, bound to the layer's buffers.
 Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, const DistributedContext* dist,
                     const ops::RankBuffers& mem, std::unique_ptr<ops::OpRunner>* fused,
-                    std::vector<std::unique_ptr<ops::OpRunner>>* unfused, size_t* tasks_fused, size_t* tasks_unfused) {
+                    std::vector<std::unique_ptr<ops::OpRunner>>* unfused, size_t* tasks_fused, size_t* tasks_unfused,
+                    std::vector<std::string>* labels) {
   const uint32_t W = uint32_t(cfg.world), nb = uint32_t(MoeBuffer::kCount);
+  labels->clear();  // per task of the fused plan (its task ids are the indices of dp.tasks)
+  for (const TaskRec& t : dp.tasks) {
+    if (t.kind != TaskKind::kGemmTile) {
+      labels->push_back(plan::to_string(t.kind));
+      continue;
+    }
+    kernels::gemm::GemmTileArgs a;
+    std::memcpy(&a, t.args, sizeof(a));
+    labels->push_back("gemm " + (a.problem < dp.problem_names.size() ? dp.problem_names[a.problem] : std::string("?")));
+  }
   auto build = [&](int phase, plan::Plan* p) -> Status {  // phase < 0: fused
     plan::PlanBuilder b(W, phase < 0 ? dp.name : dp.name + "_phase" + std::to_string(phase));
     for (uint32_t i = 0; i < nb; ++i) b.add_buffer(to_string(MoeBuffer(i)), moe_buffer_info(cfg, MoeBuffer(i)).bytes(), true);
@@ -267,6 +279,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
 
   // ---- GEMM problems: 2d = GEMM1 of rank d, 2d + 1 = GEMM2 ----------------------------------
   std::vector<ops::GemmProblemSpec> problems;
+  std::vector<std::string> problem_names;
   uint32_t c_next = 0;
   const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_g2done = c_next++;
   const uint32_t c_arrive = c_next;
@@ -313,6 +326,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     }
     problems.push_back(g1);
     problems.push_back(g2);
+    problem_names.push_back("GEMM1 gate_up+SwiGLU");
+    problem_names.push_back("GEMM2 down");
   }
   // Both problems walk the same worst-case slots (same group_m / offsets, BM = 128), in runs.
   const int64_t slots = p1.num_m_tiles;
@@ -342,23 +357,34 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
       t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
     }
   };
-  auto gemm2 = [&](uint32_t d, uint32_t ri) {
-    const uint32_t m0 = ri * run, count = std::min<uint32_t>(run, uint32_t(slots - m0));
+  // GEMM2 has its own run length (its n tiles differ from GEMM1's: with GEMM1's runs, Qwen3 T = 128
+  // cut GEMM2 into 176 tasks, 1.33 waves on 132 SMs, and the second wave ran on a third of them).
+  // A GEMM2 run waits for every GEMM1 run its slots overlap.
+  const uint32_t run2 = ops::choose_run_length(est_tiles, p2.num_n_tiles, std::max(1, ctas / int(W)));
+  const uint32_t num_runs2 = uint32_t((slots + run2 - 1) / run2);
+  auto gemm2 = [&](uint32_t d, uint32_t r2) {
+    const uint32_t m0 = r2 * run2, count = std::min<uint32_t>(run2, uint32_t(slots - m0));
     for (int nb = 0; nb < p2.num_n_tiles; ++nb) {
       GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, 0, {}};
       TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
-      t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+      for (uint32_t ri = m0 / run; ri <= (m0 + count - 1) / run; ++ri) t.waits.push_back({c_g1run + ri, plan::kWaitAll});
       for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
     }
   };
-  // GEMM2 of run i goes in after GEMM1 of run i + lag: about two waves of GEMM1 tasks lie between
-  // them, so a CTA claiming GEMM2(i) rarely finds GEMM1(i) still running (it would block at claim).
+  // GEMM2 run j goes in `lag` GEMM1 runs after the last GEMM1 run it needs: about two waves of
+  // GEMM1 tasks lie between them, so a CTA claiming it rarely finds its input still being computed
+  // (it would block at claim).
   const uint32_t lag = std::max<uint32_t>(1, uint32_t((2 * ctas + int64_t(W) * p1.num_n_tiles - 1) / (int64_t(W) * p1.num_n_tiles)));
+  uint32_t next2 = 0;
   for (uint32_t ri = 0; ri < num_runs + lag; ++ri) {
     if (ri < num_runs)
       for (uint32_t d = 0; d < W; ++d) gemm1(d, ri);
-    if (ri >= lag)
-      for (uint32_t d = 0; d < W; ++d) gemm2(d, ri - lag);
+    // every GEMM2 run whose last slot lies in GEMM1 run ri - lag (or earlier)
+    while (ri >= lag && next2 < num_runs2 &&
+           (std::min<uint64_t>(uint64_t(next2 + 1) * run2, uint64_t(slots)) - 1) / run <= ri - lag) {
+      for (uint32_t d = 0; d < W; ++d) gemm2(d, next2);
+      ++next2;
+    }
   }
   const uint32_t tpt = cfg.combine_tokens_per_task > 0
                            ? uint32_t(cfg.combine_tokens_per_task)
@@ -376,16 +402,17 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   fwd.name = "moe_forward";
   fwd.tasks = std::move(tasks);
   fwd.problems = std::move(problems);
+  fwd.problem_names = std::move(problem_names);
   fwd.num_counters = c_next;
   fwd.num_phases = kNumPhases;
   KOSMOS_RETURN_IF_ERROR(
-      make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused, &impl->tasks_unfused));
+      make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused, &impl->tasks_unfused, &impl->labels));
   std::string backward_summary;
   if (cfg.backward) {
     ops::moe::DirectionPlan bwd;
     KOSMOS_RETURN_IF_ERROR(ops::moe::plan_backward(cfg, impl->mem, ctas, &bwd));
     KOSMOS_RETURN_IF_ERROR(make_runners(bwd, cfg, dist, impl->mem, &impl->backward_fused, &impl->backward_unfused,
-                                        &impl->backward_tasks_fused, &impl->backward_tasks_unfused));
+                                        &impl->backward_tasks_fused, &impl->backward_tasks_unfused, &impl->backward_labels));
     backward_summary = "; " + bwd.summary;
   }
   size_t kinds[32] = {};
@@ -394,7 +421,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   os << "moe_forward W=" << W << " T=" << T << " H=" << H << " I=" << I << " E=" << E << " k=" << k << ": " << impl->tasks_fused
      << " tasks (" << kinds[size_t(TaskKind::kMoeRoute)] << " route, " << kinds[size_t(TaskKind::kMoeOffsets)] << " offsets, "
      << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << cut.experts_per_task << " experts x 1/" << cut.slices << " of the rows each], "
-     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << "; GEMM2 lag " << lag << " runs; n tiles "
+     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "); GEMM2 lag " << lag << " runs; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;
   impl->summary = os.str();
@@ -443,7 +470,14 @@ Status MoeLayer::finish(cudaStream_t stream) {
   return Status::ok();
 }
 
-Status MoeLayer::read_trace(std::vector<runtime::TraceRecord>* out) const { return impl_->fused->read_trace(out); }
+Status MoeLayer::read_trace(std::vector<runtime::TraceRecord>* out, bool backward) const {
+  KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::read_trace: the layer was planned without cfg.backward");
+  return (backward ? impl_->backward_fused : impl_->fused)->read_trace(out);
+}
+
+const std::vector<std::string>& MoeLayer::task_labels(bool backward) const {
+  return backward ? impl_->backward_labels : impl_->labels;
+}
 
 size_t MoeLayer::num_tasks(bool fused) const { return fused ? impl_->tasks_fused : impl_->tasks_unfused; }
 

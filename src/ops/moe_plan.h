@@ -29,6 +29,7 @@ struct DirectionPlan {
   std::string name;  // plan name ("moe_forward", "moe_backward")
   std::vector<TaskRec> tasks;
   std::vector<GemmProblemSpec> problems;
+  std::vector<std::string> problem_names;  // per entry of problems (trace breakdowns)
   uint32_t num_counters = 0;
   int num_phases = 0;
   std::string summary;

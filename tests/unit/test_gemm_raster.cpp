@@ -1,16 +1,19 @@
 // The GEMM claim-order planner (ops::plan_gemm_runs): every tile exactly once, runs in range, and
-// the choice on the shapes that motivated it.
+// the choice on the shapes that motivated it (dense and grouped).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ops/gemm_raster.h"
 
 namespace kosmos::ops {
 namespace {
+
+constexpr int64_t kL2 = int64_t(40) << 20;  // the planner's L2 budget
 
 RasterProblem problem(int m0, int m1, int n_tiles, int k, int bn = 256, int ctas = 132) {
   RasterProblem p;
@@ -94,6 +97,149 @@ TEST(GemmRaster, IssueShapesPrintTheirChoice) {
     if (std::getenv("KOSMOS_RASTER_VERBOSE"))
       for (const auto& a : all) std::printf("      considered: %s\n", a.describe().c_str());
   }
+}
+
+TEST(GemmRaster, DenseChoicesAndBytesAreUnchanged) {
+  // The choices and estimates of the planner before it knew grouped problems (slots_per_group = 0
+  // must not change them), and the problem form of the estimate equals the dense one.
+  struct Case {
+    int m, n, k;
+    bool along_n;
+    uint32_t run;
+    int group;
+    double bytes;
+  };
+  const Case cases[] = {{8192, 8192, 8192, false, 16, 1, 2281701376}, {8192, 3584, 8192, true, 7, 1, 998244352},
+                        {8192, 8192, 3584, false, 16, 1, 998244352},  {8192, 1536, 8192, false, 3, 1, 209715200},
+                        {2048, 3584, 8192, true, 2, 1, 125829120},    {16384, 7168, 2048, true, 14, 2, 125829120},
+                        {4096, 4096, 1536, false, 4, 1, 25165824},    {128, 7168, 2048, false, 1, 1, 29884416}};
+  for (const Case& s : cases) {
+    const int bn = s.m <= 128 ? 64 : 256;
+    const RasterProblem p = problem(0, (s.m + 127) / 128, (s.n + bn - 1) / bn, s.k, bn);
+    RasterChoice c;
+    const auto order = plan_gemm_runs(p, &c);
+    EXPECT_EQ(c.along_n, s.along_n) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_EQ(c.run, s.run) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_EQ(c.group, s.group) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_EQ(c.est_hbm_bytes, s.bytes) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_EQ(estimate_hbm_bytes(order, p, kL2),
+              estimate_hbm_bytes(order, p.ctas, p.a_block_bytes, p.b_block_bytes, kL2));
+    EXPECT_EQ(estimate_hbm_bytes(order, p, kL2), s.bytes);
+  }
+}
+
+TEST(GemmRaster, GroupedEveryTileExactlyOnceOverRandomProblems) {
+  std::mt19937 rng(5);
+  for (int it = 0; it < 200; ++it) {
+    const int m0 = int(rng() % 20), mt = 1 + int(rng() % 70), nt = 1 + int(rng() % 40);
+    RasterProblem p = problem(m0, m0 + mt, nt, 64 * (1 + int(rng() % 64)), 256, 1 + int(rng() % 140));
+    p.slots_per_group = 1 + int(rng() % 8);
+    p.exact_groups = rng() % 2 == 0;
+    p.m_real_end = rng() % 3 == 0 ? 0 : m0 + 1 + int(rng() % mt);
+    p.allow_along_n = rng() % 4 != 0;
+    RasterChoice c;
+    const auto order = plan_gemm_runs(p, &c);
+    expect_each_tile_once(p, order);
+    if (!p.allow_along_n) EXPECT_FALSE(c.along_n);
+    for (const GemmRun& r : order) EXPECT_EQ(r.along_n, c.along_n);
+  }
+}
+
+TEST(GemmRaster, HbmEstimateKeepsGroupedBColumnBlocksApart) {
+  // Slots 0 and 1 in different groups on the same n: two B blocks; in the same group: one.
+  RasterProblem p = problem(0, 2, 1, 64);
+  p.ctas = 2;
+  p.a_block_bytes = 10;
+  p.b_block_bytes = 100;
+  const std::vector<GemmRun> order = {{0, 0, 1, false}, {1, 0, 1, false}};
+  p.slots_per_group = 1;
+  EXPECT_DOUBLE_EQ(estimate_hbm_bytes(order, p, 1 << 30), 2 * 10 + 2 * 100);
+  p.slots_per_group = 2;
+  EXPECT_DOUBLE_EQ(estimate_hbm_bytes(order, p, 1 << 30), 2 * 10 + 100);
+  // Tiles of expected-empty slots read nothing.
+  p.m_real_end = 1;
+  EXPECT_DOUBLE_EQ(estimate_hbm_bytes(order, p, 1 << 30), 10 + 100);
+}
+
+// 32 groups x 6 slots (the DeepSeek-V3 bench's ~24.6k routed rows split evenly over 32 experts),
+// gate+up (N = 4096, K = 7168) and down (N = 7168, K = 2048). Runs of 16 down M, n-major, give each
+// CTA its own (group, n) B block, more than the L2 holds, so B streams from HBM once per tile; the
+// chosen order must read each group's A and B blocks about once.
+TEST(GemmRaster, GroupedReadsEachGroupsBlocksAboutOnce) {
+  const int groups = 32, spg = 6;
+  for (const auto& [n_tiles, k] : {std::pair{16, 7168}, std::pair{28, 2048}}) {
+    RasterProblem p = problem(0, groups * spg, n_tiles, k);
+    p.slots_per_group = spg;
+    RasterChoice c;
+    const auto order = plan_gemm_runs(p, &c);
+    expect_each_tile_once(p, order);
+    std::vector<GemmRun> old;
+    for (int n = 0; n < n_tiles; ++n)
+      for (int m = 0; m < groups * spg; m += 16) old.push_back({uint32_t(m), uint32_t(n), 16, false});
+    const double chosen = estimate_hbm_bytes(order, p, kL2), old_bytes = estimate_hbm_bytes(old, p, kL2);
+    const double ideal = double(groups) * (spg * p.a_block_bytes + n_tiles * p.b_block_bytes);
+    std::printf("grouped 32x6 slots x %d n, K = %d: %s; %.1f MB (runs of 16 down M: %.1f MB, ideal %.1f MB)\n",
+                n_tiles, k, c.describe().c_str(), chosen / 1e6, old_bytes / 1e6, ideal / 1e6);
+    EXPECT_GE(chosen, ideal);
+    EXPECT_LT(chosen, 2 * ideal);
+    EXPECT_GT(old_bytes, 3 * chosen);
+  }
+}
+
+// The planner's view of the two DeepSeek-V3 grouped GEMMs as Gemm::plan builds it (worst-case slots
+// ceil(24588 / 128) + 32 = 225), and the order it chose before it told groups' B blocks apart (runs
+// down M only, every slot sharing B) as the grouped estimate sees it.
+TEST(GemmRaster, DeepSeekGroupedShapesPrintTheirChoice) {
+  for (const auto& [n, k] : {std::pair{4096, 7168}, std::pair{7168, 2048}}) {
+    kernels::gemm::GemmParams g{};
+    g.m = 24588;
+    g.n = g.n_out = n;
+    g.k = k;
+    g.num_groups = 32;
+    g.tile_shape = kernels::gemm::GemmTileShape::k128x256;
+    g.num_m_tiles = (g.m + 127) / 128 + g.num_groups;
+    g.num_n_tiles = n / 256;
+    const RasterProblem p = raster_problem(g, 0, g.num_m_tiles, 132);
+    EXPECT_EQ(p.slots_per_group, 6);
+    EXPECT_EQ(p.m_real_end, 193 + 16);
+    EXPECT_TRUE(p.allow_along_n);
+    RasterChoice c;
+    std::vector<RasterChoice> all;
+    expect_each_tile_once(p, plan_gemm_runs(p, &c, &all));
+    RasterProblem dense = p;
+    dense.slots_per_group = 0;
+    dense.m_real_end = 0;
+    dense.allow_along_n = false;
+    RasterChoice before;
+    plan_gemm_runs(dense, &before);
+    const RasterChoice* seen = nullptr;
+    for (const RasterChoice& a : all)
+      if (a.along_n == before.along_n && a.run == before.run && a.group == before.group) seen = &a;
+    ASSERT_NE(seen, nullptr) << before.describe();
+    std::printf("moe N = %d, K = %d: %s\n  before: %s\n", n, k, c.describe().c_str(), seen->describe().c_str());
+    EXPECT_LE(c.est_seconds, 1.01 * seen->est_seconds);  // the choice may trade 1 % of time for bytes
+    EXPECT_LT(2 * c.est_hbm_bytes, seen->est_hbm_bytes);
+  }
+}
+
+TEST(GemmRaster, GroupedKProblemHasExactGroupsOfItsOwnK) {
+  // dW of 32 experts: M = 7168 per group, K_total = 32 x 768 rows, N = 4096.
+  kernels::gemm::GemmParams g{};
+  g.m = 7168;
+  g.n = g.n_out = 4096;
+  g.k = 32 * 768;
+  g.num_groups = 32;
+  g.layout = kernels::gemm::kGemmGroupedK;
+  g.tile_shape = kernels::gemm::GemmTileShape::k128x256;
+  g.num_m_tiles = 32 * 56;
+  g.num_n_tiles = 16;
+  const RasterProblem p = raster_problem(g, 0, g.num_m_tiles, 132);
+  EXPECT_EQ(p.slots_per_group, 56);
+  EXPECT_TRUE(p.exact_groups);
+  EXPECT_EQ(p.m_real_end, 0);
+  EXPECT_EQ(p.a_block_bytes, 128 * 768 * 2);
+  EXPECT_EQ(p.b_block_bytes, 256 * 768 * 2);
+  expect_each_tile_once(p, plan_gemm_runs(p));
 }
 
 }  // namespace
