@@ -479,8 +479,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cannot write %s\n", o.json.c_str());
       return 1;
     }
-    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"sms\": %d,\n  \"driver\": %d,\n  \"layout\": \"%s\",\n  \"run\": %d,\n  \"raster\": %d,\n  \"results\": [\n",
-                 prop.name, sms, driver, o.nn ? "NN" : "NT", o.run, o.raster);
+    // Commit: KOSMOS_COMMIT (the GPU machine's copy of the tree has no .git), as kosmos's benches.
+    std::string command;
+    for (int i = 0; i < argc; ++i) {
+      if (i) command += ' ';
+      command += argv[i];
+    }
+    const char* commit = std::getenv("KOSMOS_COMMIT");
+    std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"sms\": %d,\n  \"driver\": %d,\n  \"commit\": \"%s\",\n  \"command\": \"%s\",\n"
+                 "  \"layout\": \"%s\",\n  \"run\": %d,\n  \"raster\": %d,\n  \"results\": [\n",
+                 prop.name, sms, driver, commit && *commit ? commit : "unknown", command.c_str(), o.nn ? "NN" : "NT", o.run, o.raster);
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       const double ours = r.flops / r.ours_ms * 1e-9, ref = r.flops / r.ref_ms * 1e-9;
