@@ -161,7 +161,8 @@ inline std::string check_moe(MoeLayer& L, MoeHost& h, double tol = 1e-2, int onl
 // ---- backward ----------------------------------------------------------------------------------
 
 // Poisons every buffer the backward writes (outputs and workspaces, padding rows included).
-inline void poison_backward(MoeLayer& L) {
+// only_rank >= 0: a distributed layer; only that rank's buffers.
+inline void poison_backward(MoeLayer& L, int only_rank = -1) {
   const MoeConfig& c = L.config();
   for (MoeBuffer b : {MoeBuffer::kCounts, MoeBuffer::kRoute, MoeBuffer::kLayout, MoeBuffer::kRecvX, MoeBuffer::kRecvW,
                       MoeBuffer::kAct, MoeBuffer::kOut, MoeBuffer::kDx, MoeBuffer::kDWeights, MoeBuffer::kDGateUp,
@@ -169,20 +170,22 @@ inline void poison_backward(MoeLayer& L) {
                       MoeBuffer::kRecvDw}) {
     const size_t bytes = L.buffer_bytes(b);
     std::vector<uint8_t> v(bytes, 0xFF);
-    for (int r = 0; r < c.world; ++r) to_layer(c, L.buffer(b, r), v.data(), bytes);
+    for (int r = 0; r < c.world; ++r)
+      if (only_rank < 0 || r == only_rank) to_layer(c, L.buffer(b, r), v.data(), bytes);
   }
 }
 
-// fill_moe plus a random dy per rank; every backward output and workspace poisoned.
-inline void fill_moe_backward(MoeLayer& L, MoeHost& h, uint64_t seed, Routing routing) {
-  fill_moe(L, h, seed, routing);
+// fill_moe plus a random dy per rank; every backward output and workspace poisoned. only_rank as
+// in fill_moe (all ranks' data made on the host, only that rank's written).
+inline void fill_moe_backward(MoeLayer& L, MoeHost& h, uint64_t seed, Routing routing, int only_rank = -1) {
+  fill_moe(L, h, seed, routing, only_rank);
   const MoeConfig& c = h.cfg;
   h.dy.assign(c.world, {});
   for (int r = 0; r < c.world; ++r) {
     h.dy[r] = random_bf16(size_t(c.tokens) * c.hidden, seed * 7 + 11 * r + 5, 1.0f);
-    to_layer(c, L.buffer(MoeBuffer::kDy, r), h.dy[r].data(), h.dy[r].size() * 2);
+    if (only_rank < 0 || r == only_rank) to_layer(c, L.buffer(MoeBuffer::kDy, r), h.dy[r].data(), h.dy[r].size() * 2);
   }
-  poison_backward(L);
+  poison_backward(L, only_rank);
 }
 
 // fp64 gradients (no intermediate rounding). dgu is in the PLAIN layout [L, H, 2I] = [gate | up].
@@ -292,7 +295,7 @@ inline MoeGradsOut read_grads(MoeLayer& L, int r) {
 // failure W1_drops (T = 1, two slots, Frobenius error 3.1%) reproduces on the CPU executor bit for
 // bit, and there the layer's d_w equals the fp64 dot over the bf16-rounded h1 and dA' to 1e-6
 // (test MoeBackwardCpuLarge.D_WeightsErrorIsBf16Rounding).
-inline std::string check_moe_backward(MoeLayer& L, const MoeHost& h, double tol = 2e-2) {
+inline std::string check_moe_backward(MoeLayer& L, const MoeHost& h, double tol = 2e-2, int only_rank = -1) {
   const MoeConfig& c = h.cfg;
   const int Lx = c.num_experts / c.world, k = c.top_k;
   const int64_t H = c.hidden, I = c.intermediate;
@@ -308,6 +311,7 @@ inline std::string check_moe_backward(MoeLayer& L, const MoeHost& h, double tol 
     return err < tol ? "" : what + ": relative error " + std::to_string(err);
   };
   for (int r = 0; r < c.world; ++r) {
+    if (only_rank >= 0 && r != only_rank) continue;
     const MoeGradsOut o = read_grads(L, r);
     const std::string rk = " of rank " + std::to_string(r);
     std::vector<double> v(o.dx.size());

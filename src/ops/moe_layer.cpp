@@ -250,10 +250,9 @@ Status MoeLayer::plan(const MoeConfig& cfg, std::unique_ptr<MoeLayer>* out) { re
 
 Status MoeLayer::plan_distributed(const MoeConfig& cfg, const DistributedContext& dist, std::unique_ptr<MoeLayer>* out) {
   KOSMOS_RETURN_IF_ERROR(ops::check_distributed(dist, cfg.world, "MoeLayer"));
-  // NOTE: the backward's tasks address peers only through the buffer table (as the forward's), but
-  // the one-rank-per-process backward has not been tested yet, so it is refused rather than guessed.
-  KOSMOS_CHECK_CODE(!cfg.backward, StatusCode::kUnavailable,
-                    "MoeLayer::plan_distributed: backward = true is not supported yet (virtual ranks only: MoeLayer::plan)");
+  // The backward's tasks address peers only through the buffer table, as the forward's; the
+  // one-rank-per-process backward is tested on the CPU (MoeDistributedCpu.Backward*) and written
+  // for NCCL (NcclMoe.OneRankCommunicatorBackward, TpMultiGpu.MoeBackwardAcrossRanks).
   return plan_impl(cfg, &dist, out);
 }
 

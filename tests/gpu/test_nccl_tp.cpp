@@ -65,3 +65,28 @@ TEST(NcclMoe, OneRankCommunicatorForward) {
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   EXPECT_EQ(check_moe(*L, h, 1e-2, 0), "");
 }
+
+// The backward over a one-rank communicator (symmetric windows, the NCCL barrier before each launch):
+// gradients against fp64, then the seven-launch composition from poison, bit for bit.
+TEST(NcclMoe, OneRankCommunicatorBackward) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<transport::NcclTransport> t;
+  Status s = one_rank_transport(&t);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeConfig c = moe_config(1, 100, 256, 128, 16, 4, false);
+  c.backward = true;
+  std::unique_ptr<MoeLayer> L;
+  s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeHost h{c};
+  fill_moe_backward(*L, h, 98, Routing::kSkewed, 0);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+  s = L->finish();
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_EQ(check_moe_backward(*L, h, 2e-2, 0), "");
+  const MoeGradsOut fused = read_grads(*L, 0);
+  poison_backward(*L, 0);
+  ASSERT_TRUE(L->run_backward_composition(false).is_ok());
+  ASSERT_TRUE(L->finish().is_ok());
+  EXPECT_TRUE(read_grads(*L, 0) == fused) << "fused gradients differ from the unfused composition";
+}

@@ -88,3 +88,26 @@ TEST(TpMultiGpu, MoeForwardAcrossRanks) {
   EXPECT_EQ(check_moe(*L, h, 1e-2, rank), "") << "rank " << rank;
   ASSERT_TRUE(t->barrier(nullptr).is_ok());
 }
+
+TEST(TpMultiGpu, MoeBackwardAcrossRanks) {
+  std::string why;
+  std::unique_ptr<transport::NcclTransport> t = env_transport(&why);
+  if (!t) GTEST_SKIP() << why;
+  Status s;
+  const int W = t->world(), rank = t->rank();
+  if (W > 8) GTEST_SKIP() << "the MoE backward takes W <= 8 (five GEMM problems per rank in one launch)";
+  MoeConfig c = moe_config(W, 200, 256, 128, 4 * W, 4, false);
+  c.backward = true;
+  c.watchdog_seconds = 20;
+  std::unique_ptr<MoeLayer> L;
+  s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  MoeHost h{c};
+  fill_moe_backward(*L, h, 78, Routing::kSkewed, rank);
+  ASSERT_TRUE(t->barrier(nullptr).is_ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+  s = L->finish();
+  ASSERT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
+  EXPECT_EQ(check_moe_backward(*L, h, 2e-2, rank), "") << "rank " << rank;
+  ASSERT_TRUE(t->barrier(nullptr).is_ok());
+}
