@@ -12,78 +12,74 @@ using namespace kosmos;
 using namespace kosmos::test;
 
 namespace {
-void run_distributed(int W, int64_t T, int E, int k, Routing routing) {
-  MoeConfig c = moe_config(W, T, 64, 32, E, k, true);
+// One thread per rank, each with its own layer from MoeLayer::plan_distributed(c) over one shared
+// symmetric heap; body(rank, layer, heap) returns the rank's error ("" = pass).
+template <class Body>
+void on_every_rank(const MoeConfig& c, const char* what, Body body) {
+  const int W = c.world;
   SymmetricHeap heap(W);
   std::vector<std::string> errors(W);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < W; ++rank)
     ranks.emplace_back([&, rank] {
       std::unique_ptr<MoeLayer> L;
-      Status s = MoeLayer::plan_distributed(c, heap.context(rank), &L);
-      if (!s) {
-        errors[rank] = s.to_string();
-        return;
-      }
-      MoeHost h{c};
-      fill_moe(*L, h, 31 + W, routing, rank);
-      heap.barrier();  // all inputs written before anyone runs
-      for (int run = 0; run < 2 && s.is_ok(); ++run) s = L->run_composition(true);
-      heap.barrier();
-      std::vector<uint16_t> fused;
-      if (s) {
-        errors[rank] = check_moe(*L, h, 1e-2, rank);
-        fused = read_y(*L, rank);
-      }
-      heap.barrier();
-      poison(*L, rank);
-      heap.barrier();
-      if (s) s = L->run_composition(false);
-      heap.barrier();
-      if (!s) errors[rank] = s.to_string();
-      else if (errors[rank].empty() && read_y(*L, rank) != fused) errors[rank] = "fused differs from unfused";
-      heap.barrier();
+      const Status s = MoeLayer::plan_distributed(c, heap.context(rank), &L);
+      errors[rank] = s ? body(rank, *L, heap) : s.to_string();
     });
   for (auto& t : ranks) t.join();
-  for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << "W=" << W << " T=" << T << " rank " << r;
+  for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << what << " W=" << W << " T=" << c.tokens << " rank " << r;
 }
-// The backward the same way: each rank writes its inputs and dy, runs the fused backward twice
-// (epochs advance), checks its gradients against fp64, then the unfused seven launches from poison.
+
+// Every rank writes its inputs, runs the fused launch twice (epochs advance), checks against fp64,
+// then the unfused composition from poison must match bit for bit. The barriers keep the ranks in
+// step (a rank's peers read its buffers during every run); a failing rank still joins them all.
+void run_distributed(int W, int64_t T, int E, int k, Routing routing) {
+  const MoeConfig c = moe_config(W, T, 64, 32, E, k, true);
+  on_every_rank(c, "forward", [&](int rank, MoeLayer& L, SymmetricHeap& heap) -> std::string {
+    MoeHost h{c};
+    fill_moe(L, h, 31 + W, routing, rank);
+    heap.barrier();
+    Status s;
+    for (int run = 0; run < 2 && s.is_ok(); ++run) s = L.run_composition(true);
+    heap.barrier();
+    std::string err = s ? check_moe(L, h, 1e-2, rank) : s.to_string();
+    const std::vector<uint16_t> fused = read_y(L, rank);
+    heap.barrier();
+    poison(L, rank);
+    heap.barrier();
+    if (s) s = L.run_composition(false);
+    heap.barrier();
+    if (!s) err = s.to_string();
+    else if (err.empty() && read_y(L, rank) != fused) err = "fused differs from unfused";
+    heap.barrier();
+    return err;
+  });
+}
+
+// The backward the same way: inputs and dy, the fused backward twice, gradients against fp64, then
+// the seven unfused launches from poison.
 void run_distributed_backward(int W, int64_t T, int E, int k, Routing routing) {
   MoeConfig c = moe_config(W, T, 64, 32, E, k, true);
   c.backward = true;
-  SymmetricHeap heap(W);
-  std::vector<std::string> errors(W);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < W; ++rank)
-    ranks.emplace_back([&, rank] {
-      std::unique_ptr<MoeLayer> L;
-      Status s = MoeLayer::plan_distributed(c, heap.context(rank), &L);
-      if (!s) {
-        errors[rank] = s.to_string();
-        return;
-      }
-      MoeHost h{c};
-      fill_moe_backward(*L, h, 53 + W, routing, rank);
-      heap.barrier();
-      for (int run = 0; run < 2 && s.is_ok(); ++run) s = L->run_backward_composition(true);
-      heap.barrier();
-      MoeGradsOut fused;
-      if (s) {
-        errors[rank] = check_moe_backward(*L, h, 2e-2, rank);
-        fused = read_grads(*L, rank);
-      }
-      heap.barrier();
-      poison_backward(*L, rank);
-      heap.barrier();
-      if (s) s = L->run_backward_composition(false);
-      heap.barrier();
-      if (!s) errors[rank] = s.to_string();
-      else if (errors[rank].empty() && !(read_grads(*L, rank) == fused)) errors[rank] = "fused gradients differ from unfused";
-      heap.barrier();
-    });
-  for (auto& t : ranks) t.join();
-  for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << "backward W=" << W << " T=" << T << " rank " << r;
+  on_every_rank(c, "backward", [&](int rank, MoeLayer& L, SymmetricHeap& heap) -> std::string {
+    MoeHost h{c};
+    fill_moe_backward(L, h, 53 + W, routing, rank);
+    heap.barrier();
+    Status s;
+    for (int run = 0; run < 2 && s.is_ok(); ++run) s = L.run_backward_composition(true);
+    heap.barrier();
+    std::string err = s ? check_moe_backward(L, h, 2e-2, rank) : s.to_string();
+    const MoeGradsOut fused = read_grads(L, rank);
+    heap.barrier();
+    poison_backward(L, rank);
+    heap.barrier();
+    if (s) s = L.run_backward_composition(false);
+    heap.barrier();
+    if (!s) err = s.to_string();
+    else if (err.empty() && !(read_grads(L, rank) == fused)) err = "fused gradients differ from unfused";
+    heap.barrier();
+    return err;
+  });
 }
 }  // namespace
 
