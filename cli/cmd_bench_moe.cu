@@ -534,6 +534,8 @@ void add_bench_moe(CLI::App& bench) {
     cfg.num_experts = o->experts > 0 ? o->experts : md.fixed_experts > 0 ? md.fixed_experts : md.experts_per_rank * o->world;
     cfg.top_k = o->top_k;
     cfg.trace = !o->trace_svg.empty();
+    if (cfg.trace)  // the runners record a trace on every fused run: the timed ones too
+      std::fprintf(stderr, "[bench moe] --trace-svg: every fused run records its trace, so the times include tracing\n");
     cfg.backward = o->backward;
     const int W = cfg.world, E = cfg.num_experts, k = cfg.top_k;
     const int64_t T = cfg.tokens, H = cfg.hidden, I = cfg.intermediate;
@@ -739,6 +741,7 @@ void add_bench_moe(CLI::App& bench) {
         j["unfused_tflops"] = flops / (t_unfused * 1e-3) / 1e12;
         j["bitwise_fused_eq_unfused"] = bitwise;
         j["rel_err_vs_fp64"] = rel;
+        j["trace_enabled"] = cfg.trace;
         throw_if_error(write_json(o->json, j));
       }
       cudaStreamDestroy(s);
