@@ -126,7 +126,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
   const uint32_t run =
       ops::choose_run_length(est_tiles, pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles, std::max(1, ctas / int(W)));
-  const uint32_t num_runs = uint32_t((slots + run - 1) / run);
+  // Tail runs at most kMoeSlotsPerTaskMax slots: one swiglu_backward task covers a whole run.
+  const SlotRuns runs = make_slot_runs(uint32_t(slots), run, est_tiles, uint32_t(kernels::kMoeSlotsPerTaskMax));
+  const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
   c_next += num_runs;
   const uint32_t c_ew = c_next;
@@ -141,10 +143,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
   add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
-  auto run_slots = [&](uint32_t ri) {
-    const uint32_t m0 = ri * run;
-    return std::pair<uint32_t, uint32_t>{m0, std::min<uint32_t>(run, uint32_t(slots - m0))};
-  };
+  auto run_slots = [&](uint32_t ri) { return std::pair<uint32_t, uint32_t>{runs.start(ri), runs.count(ri)}; };
   auto gemm1 = [&](uint32_t d, uint32_t ri) {  // H1 and dA' tiles of slot run ri
     const auto [m0, count] = run_slots(ri);
     for (int j : {kH1, kDAct})
@@ -239,7 +238,8 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   for (const auto& t : dp.tasks) kinds[std::min<size_t>(size_t(t.kind), 31)]++;
   std::ostringstream os;
   os << "moe_backward: " << dp.tasks.size() << " tasks (" << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch, "
-     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << "; n tiles H1 "
+     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (from slot " << runs.head_end << " runs of " << runs.tail
+     << "); n tiles H1 "
      << pp[kH1].num_n_tiles << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "

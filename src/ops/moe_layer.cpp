@@ -332,7 +332,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const int64_t slots = p1.num_m_tiles;
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
   const uint32_t run = ops::choose_run_length(est_tiles, p1.num_n_tiles, std::max(1, ctas / int(W)));
-  const uint32_t num_runs = uint32_t((slots + run - 1) / run);
+  const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles, 64);
+  const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
   c_next += num_runs;
 
@@ -347,7 +348,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
       cfg, ctas, {kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
   auto gemm1 = [&](uint32_t d, uint32_t ri) {
-    const uint32_t m0 = ri * run, count = std::min<uint32_t>(run, uint32_t(slots - m0));
+    const uint32_t m0 = runs.start(ri), count = runs.count(ri);
     for (int nb = 0; nb < p1.num_n_tiles; ++nb) {
       GemmTileArgs a{2 * d, m0, uint32_t(nb), count, 0, {}};
       TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
@@ -360,13 +361,15 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // cut GEMM2 into 176 tasks, 1.33 waves on 132 SMs, and the second wave ran on a third of them).
   // A GEMM2 run waits for every GEMM1 run its slots overlap.
   const uint32_t run2 = ops::choose_run_length(est_tiles, p2.num_n_tiles, std::max(1, ctas / int(W)));
-  const uint32_t num_runs2 = uint32_t((slots + run2 - 1) / run2);
+  const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles, 64);
+  const uint32_t num_runs2 = runs2.size();
   auto gemm2 = [&](uint32_t d, uint32_t r2) {
-    const uint32_t m0 = r2 * run2, count = std::min<uint32_t>(run2, uint32_t(slots - m0));
+    const uint32_t m0 = runs2.start(r2), count = runs2.count(r2);
     for (int nb = 0; nb < p2.num_n_tiles; ++nb) {
       GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, 0, {}};
       TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
-      for (uint32_t ri = m0 / run; ri <= (m0 + count - 1) / run; ++ri) t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+      for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + count - 1); ++ri)
+        t.waits.push_back({c_g1run + ri, plan::kWaitAll});
       for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
     }
   };
@@ -379,8 +382,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     if (ri < num_runs)
       for (uint32_t d = 0; d < W; ++d) gemm1(d, ri);
     // every GEMM2 run whose last slot lies in GEMM1 run ri - lag (or earlier)
-    while (ri >= lag && next2 < num_runs2 &&
-           (std::min<uint64_t>(uint64_t(next2 + 1) * run2, uint64_t(slots)) - 1) / run <= ri - lag) {
+    while (ri >= lag && next2 < num_runs2 && runs.of_slot(runs2.start(next2) + runs2.count(next2) - 1) <= ri - lag) {
       for (uint32_t d = 0; d < W; ++d) gemm2(d, next2);
       ++next2;
     }
@@ -420,7 +422,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   os << "moe_forward W=" << W << " T=" << T << " H=" << H << " I=" << I << " E=" << E << " k=" << k << ": " << impl->tasks_fused
      << " tasks (" << kinds[size_t(TaskKind::kMoeRoute)] << " route, " << kinds[size_t(TaskKind::kMoeOffsets)] << " offsets, "
      << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << cut.experts_per_task << " experts x 1/" << cut.slices << " of the rows each], "
-     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "); GEMM2 lag " << lag << " runs; n tiles "
+     << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "; from slot " << runs.head_end
+     << " runs of " << runs.tail << " / " << runs2.tail << "); GEMM2 lag " << lag << " runs; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;
   impl->summary = os.str();

@@ -232,3 +232,28 @@ TEST(MoeBackwardCpuLarge, D_WeightsErrorIsBf16Rounding) {
   }
   EXPECT_GT(worst_rel_to_exact, 2e-2) << "the case no longer shows the cancellation it documents";
 }
+
+// The worst-case slots past twice the uniform share are cut into longer runs (ops::moe::SlotRuns);
+// skewed routing at W = 8 sends rank 0 more than that, so real rows land in those tail runs, in
+// the forward's GEMM1 / GEMM2 and the backward's H1 / dA' / SwiGLU backward / dX. Both directions
+// against fp64.
+TEST(MoeBackwardCpuShapes, SkewedRowsFillTheTailRuns) {
+  const int W = 8, k = 8, E = 4 * W;
+  const int64_t T = 200;
+  MoeConfig c = moe_config(W, T, 64, 32, E, k, true);
+  c.backward = true;
+  std::unique_ptr<MoeLayer> L;
+  ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+  MoeHost h{c};
+  fill_moe_backward(*L, h, 5, Routing::kSkewed);
+  ASSERT_TRUE(L->run_composition(true).is_ok());
+  EXPECT_EQ(check_moe(*L, h), "");
+  ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+  EXPECT_EQ(check_moe_backward(*L, h), "");
+  const int Lx = E / W;
+  const int64_t expected_slots = (T * k + 127) / 128 + Lx;  // uniform share of one rank
+  const auto* layout = static_cast<const int32_t*>(L->buffer(MoeBuffer::kLayout, 0));
+  int64_t slots0 = 0;
+  for (int g = 0; g < Lx; ++g) slots0 += (layout[g] + 127) / 128;
+  EXPECT_GT(slots0, 2 * expected_slots + 16) << "rank 0 must reach past the head runs (runs <= 16 slots)";
+}
