@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kosmos/gemm.h"
+#include "ops/gemm_args.h"
 #include "ops/op_runner.h"
 #include "gemm_engine_test_kernel.cuh"
 #include "kernels/gemm/bf16.h"
@@ -278,22 +279,27 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   Buf dgm(G * 4), dgo(G * 4), Cref(c_el * 2);
   CK(cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dgo.p, goff.data(), G * 4, cudaMemcpyHostToDevice));
+  // One problem description per operand set, for both the standalone engine and kosmos::Gemm.
+  std::vector<kosmos::GemmArguments> args(sets);
+  for (int s = 0; s < sets; ++s) {
+    kosmos::GemmArguments& ga = args[s];
+    ga.a = A[s]->p;
+    ga.lda = K;
+    ga.b = B[s]->p;
+    ga.b_transposed = true;  // experts' weights [G, N, K]
+    ga.ldb = K;
+    ga.c = C[s]->p;
+    ga.ldc = N;
+    ga.m = total;
+    ga.n = N;
+    ga.k = K;
+    ga.num_groups = G;
+    ga.group_m = static_cast<const int*>(dgm.p);
+    ga.group_offset = static_cast<const int*>(dgo.p);
+  }
   std::vector<GemmParams> P(sets);
   for (int s = 0; s < sets; ++s) {
-    GemmDesc d;
-    d.a = A[s]->p;
-    d.lda = K;
-    d.b = B[s]->p;
-    d.b_transposed = true;  // experts' weights [G, N, K]
-    d.ldb = K;
-    d.c = C[s]->p;
-    d.ldc = N;
-    d.m = total;
-    d.n = N;
-    d.k = K;
-    d.num_groups = G;
-    d.group_m = static_cast<const int*>(dgm.p);
-    d.group_offset = static_cast<const int*>(dgo.p);
+    GemmDesc d = kosmos::ops::to_gemm_desc(args[s]);
     d.num_sms = sms;
     d.tile_shape = parse_shape(o.shape);
     const auto st = make_gemm_params(d, &P[s]);
@@ -363,21 +369,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   // one plan per operand set, verified against cuBLAS grouped like the engine above.
   std::vector<std::unique_ptr<kosmos::Gemm>> plans(sets);
   for (int s = 0; s < sets; ++s) {
-    kosmos::GemmArguments ga;
-    ga.a = A[s]->p;
-    ga.lda = K;
-    ga.b = B[s]->p;
-    ga.b_transposed = true;
-    ga.ldb = K;
-    ga.c = C[s]->p;
-    ga.ldc = N;
-    ga.m = total;
-    ga.n = N;
-    ga.k = K;
-    ga.num_groups = G;
-    ga.group_m = static_cast<const int*>(dgm.p);
-    ga.group_offset = static_cast<const int*>(dgo.p);
-    const kosmos::Status st = kosmos::Gemm::plan(ga, kosmos::GemmOptions{}, &plans[s]);
+    const kosmos::Status st = kosmos::Gemm::plan(args[s], kosmos::GemmOptions{}, &plans[s]);
     if (!st.is_ok()) {
       std::fprintf(stderr, "kosmos::Gemm::plan: %s\n", st.to_string().c_str());
       std::exit(1);

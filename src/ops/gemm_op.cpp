@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ops/gemm_args.h"
 #include "ops/gemm_raster.h"
 #include "ops/op_runner.h"
 
@@ -11,28 +12,6 @@ namespace kosmos {
 
 namespace {
 enum Buf : uint32_t { kA = 0, kB = 1, kC = 2, kScale = 3 };
-
-kernels::gemm::GemmDesc to_desc(const GemmArguments& a) {
-  kernels::gemm::GemmDesc d;
-  d.a = a.a;
-  d.lda = a.lda;
-  d.a_col_major = a.a_col_major;
-  d.b = a.b;
-  d.ldb = a.ldb;
-  d.b_transposed = a.b_transposed;
-  d.ldb_group = a.ldb_group;
-  d.c = a.c;
-  d.ldc = a.ldc;
-  d.m = a.m;
-  d.n = a.n;
-  d.k = a.k;
-  d.num_groups = a.num_groups;
-  d.group_m = a.group_m;
-  d.group_offset = a.group_offset;
-  d.epilogue = a.epilogue;
-  d.row_scale = a.row_scale;
-  return d;
-}
 
 int device_sms() {
   int dev = 0, sms = 132;
@@ -57,7 +36,7 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   KOSMOS_CHECK(out != nullptr, "Gemm::plan: out is null");
   auto impl = std::make_unique<Impl>();
   impl->args = args;
-  kernels::gemm::GemmDesc d = to_desc(args);
+  kernels::gemm::GemmDesc d = ops::to_gemm_desc(args);
   d.encode_tma = false;
   d.num_sms = options.cpu ? 132 : device_sms();
   KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));  // validates everything
@@ -110,7 +89,7 @@ Status Gemm::update(const GemmArguments& args) {
   impl_->args = args;
   ops::OpRunner& r = *impl_->runner;
   if (args.num_groups > 0) {  // device arrays of group sizes / offsets are descriptor fields, not buffers
-    kernels::gemm::GemmDesc d = to_desc(args);
+    kernels::gemm::GemmDesc d = ops::to_gemm_desc(args);
     d.a = d.b = nullptr;
     d.c = nullptr;
     d.num_sms = impl_->num_sms;
