@@ -127,7 +127,6 @@ Status reference_token_backward(const MoeLayer& L, int64_t t, const std::vector<
   return Status::ok();
 }
 
-// The backward outputs of every rank, as raw bytes (for the bitwise comparison).
 // Poison (0xFF bytes: bf16 NaN) on the stream the layer runs on. NOT cudaMemset: that runs on the
 // legacy default stream, which a cudaStreamNonBlocking stream does not wait for, so the memset
 // raced the fused kernel and overwrote most of d_gate_up after the kernel had stored it (the
@@ -136,6 +135,21 @@ void poison_on(cudaStream_t s, void* p, size_t bytes) {
   if (cudaMemsetAsync(p, 0xFF, bytes, s) != cudaSuccess) throw Error(Status(StatusCode::kCudaError, "poison"));
 }
 
+// "" when all n bf16 values are finite (outputs start from NaN poison, so this also says every
+// element was written); else "<count> elements, first at row R col C (raw 0xXXXX)" for rows of
+// `cols` values.
+std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols) {
+  size_t bad = 0, first = 0;
+  for (size_t e = 0; e < n; ++e)
+    if (!std::isfinite(kernels::gemm::bf16_to_float(v[e])) && bad++ == 0) first = e;
+  if (bad == 0) return "";
+  char raw[8];
+  std::snprintf(raw, sizeof raw, "%04x", v[first]);
+  return std::to_string(bad) + " elements, first at row " + std::to_string(first / size_t(cols)) + " col " +
+         std::to_string(first % size_t(cols)) + " (raw 0x" + raw + ")";
+}
+
+// The backward outputs of every rank, as raw bytes (for the bitwise comparison).
 Status download_grads(const MoeLayer& L, std::vector<std::vector<uint8_t>>* out) {
   out->clear();
   for (int r = 0; r < L.config().world; ++r)
@@ -681,16 +695,11 @@ void add_bench_moe(CLI::App& bench) {
         const int64_t cols[4] = {H, k, 2 * I, H};
         for (size_t i = 0; i < set->size(); i += 4)
           for (size_t q : {size_t(0), size_t(2), size_t(3)}) {
-            const auto* v = reinterpret_cast<const uint16_t*>((*set)[i + q].data());
-            size_t bad = 0, first = 0;
-            for (size_t e = 0; e < (*set)[i + q].size() / 2; ++e)
-              if (!std::isfinite(kernels::gemm::bf16_to_float(v[e])) && bad++ == 0) first = e;
-            if (bad)
-              throw Error(Status(StatusCode::kInternal,
-                                 std::string(which) + " backward output is not finite: " + kNames[q] + " of rank " +
-                                     std::to_string(i / 4) + ", " + std::to_string(bad) + " elements, first at row " +
-                                     std::to_string(first / size_t(cols[q])) + " col " + std::to_string(first % size_t(cols[q])) +
-                                     " (raw 0x" + [](uint16_t x) { char b[8]; std::snprintf(b, sizeof b, "%04x", x); return std::string(b); }(v[first]) + ")"));
+            const std::string bad = non_finite_bf16(reinterpret_cast<const uint16_t*>((*set)[i + q].data()),
+                                                    (*set)[i + q].size() / 2, cols[q]);
+            if (!bad.empty())
+              throw Error(Status(StatusCode::kInternal, std::string(which) + " backward output is not finite: " + kNames[q] +
+                                                            " of rank " + std::to_string(i / 4) + ", " + bad));
           }
       }
       double num = 0, den = 0;
@@ -766,10 +775,8 @@ void add_bench_moe(CLI::App& bench) {
       std::vector<uint16_t> yf;
       throw_if_error(download(L->buffer(MoeBuffer::kY, r), size_t(T * H), 0, &yf));
       bitwise &= yf == unf[r];
-      for (size_t e = 0; e < yf.size(); ++e)  // every row written (both runs start from NaN poison)
-        if (!std::isfinite(kernels::gemm::bf16_to_float(yf[e])))
-          throw Error(Status(StatusCode::kInternal, "fused output y of rank " + std::to_string(r) + " is not finite at token " +
-                                                        std::to_string(e / size_t(H)) + " col " + std::to_string(e % size_t(H))));
+      if (const std::string bad = non_finite_bf16(yf.data(), yf.size(), H); !bad.empty())
+        throw Error(Status(StatusCode::kInternal, "fused output y of rank " + std::to_string(r) + " is not finite: " + bad));
       if (r == 0) y_fused = yf;
     }
     double num = 0, den = 0;

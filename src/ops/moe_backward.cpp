@@ -20,9 +20,8 @@
 //   route(s) => offsets(r) -> dispatch(r -> d: x, dy rows, w) => H1, dA'(d, run i) [layout at claim,
 //   arrive[g] per group inside the pipeline] -> swiglu_backward(d, i) -> dX(d, i) => combine(s)
 //                                                         \-> (all runs) -> dD, dGU tiles of d
-// The dX / dD / dGU tiles read with TMA what generic stores wrote (swiglu_backward): their wait rule
-// re-acquires `layout` (already complete at claim) so the producer issues fence.proxy.async.global
-// before its first load.
+// The dX / dD / dGU tiles read with TMA what generic stores wrote (swiglu_backward), after
+// claim-time waits: the op kernel fences the async proxy for every such GEMM tile (op_kernel.cu).
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -92,21 +91,18 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     g[kDX].desc.b_transposed = true;  // gate_up_l stored [H, 2I] = [N, K]
     g[kDX].desc.ldb = 2 * int64_t(I);
     g[kDX].desc.ldc = H;
-    g[kDX].rule = GemmWaitRule{c_layout, 0, 0, 0};  // complete at claim: only for the proxy fence
     g[kDDown] = spec(I, H, rows, MoeBuffer::kAct, MoeBuffer::kRecvDy, MoeBuffer::kDDown);
     g[kDDown].desc.grouped_k = true;
     g[kDDown].desc.a_col_major = true;  // act_w stored [rows, I] = [K, M]
     g[kDDown].desc.lda = I;
     g[kDDown].desc.ldb = H;
     g[kDDown].desc.ldc = H;
-    g[kDDown].rule = g[kDX].rule;
     g[kDGateUp] = spec(H, 2 * int64_t(I), rows, MoeBuffer::kRecvX, MoeBuffer::kDH1, MoeBuffer::kDGateUp);
     g[kDGateUp].desc.grouped_k = true;
     g[kDGateUp].desc.a_col_major = true;  // recv_x stored [rows, H] = [K, M]
     g[kDGateUp].desc.lda = H;
     g[kDGateUp].desc.ldb = 2 * int64_t(I);
     g[kDGateUp].desc.ldc = 2 * int64_t(I);
-    g[kDGateUp].rule = g[kDX].rule;
     static const char* kNames[kNumProblems] = {"H1 (recompute)", "dA'", "dX", "dDown", "dGateUp"};
     for (int j = 0; j < kNumProblems; ++j) {  // validate shapes now (no TMA encode)
       kernels::gemm::GemmDesc probe = g[j].desc;
@@ -126,8 +122,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
   const uint32_t run =
       ops::choose_run_length(est_tiles, pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles, std::max(1, ctas / int(W)));
-  // Tail runs at most kMoeSlotsPerTaskMax slots: one swiglu_backward task covers a whole run.
-  const SlotRuns runs = make_slot_runs(uint32_t(slots), run, est_tiles, uint32_t(kernels::kMoeSlotsPerTaskMax));
+  const SlotRuns runs = make_slot_runs(uint32_t(slots), run, est_tiles);  // one swiglu_backward task per run
   const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
   c_next += num_runs;

@@ -332,7 +332,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const int64_t slots = p1.num_m_tiles;
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
   const uint32_t run = ops::choose_run_length(est_tiles, p1.num_n_tiles, std::max(1, ctas / int(W)));
-  const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles, 64);
+  const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles);
   const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
   c_next += num_runs;
@@ -361,7 +361,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // cut GEMM2 into 176 tasks, 1.33 waves on 132 SMs, and the second wave ran on a third of them).
   // A GEMM2 run waits for every GEMM1 run its slots overlap.
   const uint32_t run2 = ops::choose_run_length(est_tiles, p2.num_n_tiles, std::max(1, ctas / int(W)));
-  const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles, 64);
+  const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles);
   const uint32_t num_runs2 = runs2.size();
   auto gemm2 = [&](uint32_t d, uint32_t r2) {
     const uint32_t m0 = runs2.start(r2), count = runs2.count(r2);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/moe_tasks.h"
 #include "kosmos/moe.h"
 #include "kosmos/plan.h"
 #include "ops/op_runner.h"
@@ -121,15 +122,17 @@ struct SlotRuns {
   }
   uint32_t of_slot(uint32_t s) const { return s < head_end ? s / run : head_runs() + (s - head_end) / tail; }
 };
-// expected_slots: the slots uniform routing fills; max_tail caps the tail run (e.g. the SwiGLU
-// backward's slots per task).
-inline SlotRuns make_slot_runs(uint32_t slots, uint32_t run, int64_t expected_slots, uint32_t max_tail) {
+// expected_slots: the slots uniform routing fills; tail runs are at most kMaxSlotRun slots (the
+// SwiGLU backward's slots per task: one swiglu_backward task covers a whole run).
+inline constexpr uint32_t kMaxSlotRun = 64;
+static_assert(kMaxSlotRun <= uint32_t(kernels::kMoeSlotsPerTaskMax));
+inline SlotRuns make_slot_runs(uint32_t slots, uint32_t run, int64_t expected_slots) {
   SlotRuns r;
   r.slots = slots;
   r.run = std::max<uint32_t>(1, run);
   const int64_t head = (2 * expected_slots + r.run - 1) / r.run * r.run;  // whole runs
   r.head_end = uint32_t(std::min<int64_t>(slots, head));
-  r.tail = std::max(r.run, std::min<uint32_t>(max_tail, 4 * r.run));
+  r.tail = std::max(r.run, std::min<uint32_t>(kMaxSlotRun, 4 * r.run));
   return r;
 }
 

@@ -162,9 +162,9 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
   __shared__ uint64_t s_start_ns;
   // The claimed task's signals, read at claim time (before it waits for its inputs, so off the
   // critical path of a dependency chain) so that after the body the release needs no dependent
-  // global loads: reading the task and then
-  // its signal list from global memory after the body put two L2 round trips on every dependency
-  // hop (the hop went from 1.31 to 1.7-2.3 us when the task stopped being copied into registers).
+  // global loads: reading the task and then its signal list from global memory after the body put
+  // two L2 round trips on every dependency hop (the hop went from 1.31 to 1.7-2.3 us when the task
+  // stopped being copied into registers).
   constexpr uint32_t kCachedSignals = 8;
   __shared__ uint32_t s_num_signals, s_first_signal;
   __shared__ plan::Signal s_signals[kCachedSignals];
