@@ -31,3 +31,19 @@ target_include_directories(gemm_engine_bench PRIVATE ${PROJECT_SOURCE_DIR}/tests
 target_compile_options(gemm_engine_bench PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
 target_link_libraries(gemm_engine_bench PRIVATE kosmos kosmos_gemm CUDA::cublas CUDA::cublasLt)
 set_target_properties(gemm_engine_bench PROPERTIES CUDA_ARCHITECTURES 90a)
+
+# Diagnostic: per-tile phase marks of the engine (gemm_tile built with KOSMOS_GEMM_PROBE).
+# The runtime's op kernel is built a second time with the marks (an object library linked ahead
+# of libkosmos, so its op_kernel_variant() is the one the product path uses in this binary).
+add_library(kosmos_op_kernel_probe OBJECT src/ops/op_kernel.cu)
+target_compile_definitions(kosmos_op_kernel_probe PRIVATE KOSMOS_GEMM_PROBE=1)
+target_include_directories(kosmos_op_kernel_probe PRIVATE $<TARGET_PROPERTY:kosmos,INCLUDE_DIRECTORIES>)
+target_compile_options(kosmos_op_kernel_probe PRIVATE $<TARGET_PROPERTY:kosmos,COMPILE_OPTIONS>)
+set_target_properties(kosmos_op_kernel_probe PROPERTIES CUDA_ARCHITECTURES 90a)
+add_executable(gemm_probe benchmarks/gemm_probe.cu $<TARGET_OBJECTS:kosmos_op_kernel_probe>)
+target_include_directories(gemm_probe PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
+target_compile_options(gemm_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
+target_link_libraries(gemm_probe PRIVATE kosmos kosmos_gemm CUDA::cublas)
+set_target_properties(gemm_probe PROPERTIES CUDA_ARCHITECTURES 90a)
+# Built on request only (`cmake --build build --target gemm_probe`): a diagnostic, not a deliverable.
+set_target_properties(kosmos_op_kernel_probe gemm_probe PROPERTIES EXCLUDE_FROM_ALL ON)

@@ -69,3 +69,18 @@ const runtime::KernelVariant& op_kernel_variant() {
 }
 
 }  // namespace kosmos::ops
+
+#ifdef KOSMOS_GEMM_PROBE
+// Diagnostic build of this translation unit (gemm_probe): host access to its own probe marks.
+namespace kosmos::ops::probe_access {
+cudaError_t reset() {
+  static int zero[kernels::gemm::probe::kMaxCtas][2];
+  return cudaMemcpyToSymbol(kernels::gemm::probe::g_seq, zero, sizeof(zero));
+}
+cudaError_t read(void* marks, void* seq) {
+  cudaError_t e = cudaMemcpyFromSymbol(marks, kernels::gemm::probe::g_marks, sizeof(kernels::gemm::probe::g_marks));
+  if (e == cudaSuccess) e = cudaMemcpyFromSymbol(seq, kernels::gemm::probe::g_seq, sizeof(kernels::gemm::probe::g_seq));
+  return e;
+}
+}  // namespace kosmos::ops::probe_access
+#endif

@@ -230,9 +230,16 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
           // Laundered per task: otherwise the compiler hoists the bodies' shared-memory address
           // arithmetic (GEMM descriptors of every tile shape and layout) to kernel entry, keeps it
           // live across the task loop and spills it -- into the GEMM mainloop.
+          // The thread index likewise: the values the bodies derive from it (per-thread shared
+          // and global offsets of the GEMM epilogue and fragments) were computed once at kernel
+          // entry, spilled (56 STL) and reloaded in every tile from local memory, which misses the
+          // ~28 KB of L1 the GEMM ring leaves (ncu: 175k spill requests in one 4096x4096x1536 GEMM).
           char* body_smem = smem;
           asm volatile("" : "+l"(body_smem));
-          Body::run(task, ctx, body_smem);
+          int body_thread = thread_idx;
+          asm volatile("" : "+r"(body_thread));
+          const TaskContext body_ctx{&p, s_epoch, smid(), blockIdx.x, body_thread};
+          Body::run(task, body_ctx, body_smem);
           break;
         }
       }

@@ -59,6 +59,15 @@
 
 #include "gemm_params.h"
 
+#ifdef KOSMOS_GEMM_PROBE  // diagnostic build only (benchmarks/gemm_probe.cu)
+#include "gemm_probe.cuh"
+#define KOSMOS_GEMM_MARK(role, which) ::kosmos::kernels::gemm::probe::mark(role, which)
+#define KOSMOS_GEMM_NEXT(role) ::kosmos::kernels::gemm::probe::next(role)
+#else
+#define KOSMOS_GEMM_MARK(role, which) do {} while (0)
+#define KOSMOS_GEMM_NEXT(role) do {} while (0)
+#endif
+
 namespace kosmos::kernels::gemm {
 
 // Runtime hook that never waits (standalone tests and benchmarks).
@@ -152,6 +161,9 @@ struct TileCoord {
 __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, int lane_idx, int& group,
                                                int& block) {
   constexpr int kBM = kGemmBlockM;
+  // Laundered: otherwise lane * 8 + j (and their sign extensions) are hoisted out of the tile loop
+  // and, in the producer's 40 registers, spilled and reloaded from local memory every tile.
+  asm volatile("" : "+r"(lane_idx));
   int cnt[8];
   int local = 0;
 #pragma unroll
@@ -244,7 +256,9 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
   return t;
 }
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+// __fdividef: the IEEE division's slow-path check and call sat in the SwiGLU epilogue; for
+// x << 0 the denominator overflows to inf and the quotient is 0, which is silu's limit.
+__device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 
 // Stores two adjacent output columns (col, col+1) of one row (crow = &C[row, 0]); col is even and
 // ldc % 8 == 0, so the pair is 4-byte aligned. `scale` is 1 unless kGemmEpiRowScale.
@@ -332,7 +346,10 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
     for (int it = 0; it < kNB / 2; ++it) {
       const int idx = it * 32 + lane_idx;
       const int row = idx / kNB, jj = idx % kNB;
-      const uint4 v = *reinterpret_cast<const uint4*>(warp_stage + row * 128 + ((jj ^ (row & 7)) << 4));
+      uint4 v;  // ld.shared, not a generic load: warp_stage comes from the laundered smem pointer
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(stage_addr + row * 128 + ((jj ^ (row & 7)) << 4)));
       const int r = row_base + row;
       const int col = col_base + 8 * (q * kNB + jj);
       if (r < t.rows && col < p.n_out) {
@@ -399,6 +416,8 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         if (lane_idx == 0) {
           for (int kb = 0; kb < t.num_kb; ++kb) {
             cutlass::arch::ClusterBarrier::wait(&empty[stage], phase ^ 1);
+            if (kb == 0) KOSMOS_GEMM_MARK(1, 4);
+            if (kb == t.num_kb - 1) KOSMOS_GEMM_MARK(1, 5);
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
               if (wait(t.wait_m, kb)) fence_proxy_async_global();
             } else {
@@ -428,6 +447,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
               phase ^= 1;
             }
           }
+          KOSMOS_GEMM_NEXT(1);
         }
         __syncwarp();
       }
@@ -443,7 +463,13 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     }
   } else {
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
-    const int ct = thread_idx - 128;
+    // Everything the consumers derive from the thread index is computed here, under their
+    // 232-register budget: values computed before setmaxnreg (or hoisted to kernel entry) live in
+    // the 168-register region and were spilled, then reloaded from local memory in every tile.
+    int consumer_thread = thread_idx;
+    asm volatile("" : "+r"(consumer_thread));
+    const int ct = consumer_thread - 128;
+    const int lane = consumer_thread % 32;
     typename Tr::TiledMma mma;
     auto thr = mma.get_thread_slice(ct);
     Tensor sA = make_tensor(make_smem_ptr(smem_a), typename Tr::SmemLayoutA{});  // (BM, BK, S)
@@ -459,9 +485,10 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     int stage = 0;
     uint32_t phase = 0;
     for (int i = 0; i < count; ++i) {
-      const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
+      const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
 
+      if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc);
       int prev_stage = -1;
@@ -472,6 +499,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       }
       for (int kb = 0; kb < num_kb; ++kb) {
         cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
+        if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
         warpgroup_arrive();
 #pragma unroll
         for (int k = 0; k < size<2>(tCrA); ++k) {
@@ -490,22 +518,27 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       warpgroup_wait<0>();
       if (signal_thread && prev_stage >= 0) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
       warpgroup_fence_operand(acc);
+      if (ct == 0) KOSMOS_GEMM_MARK(0, 2);
 
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
         char* warp_stage = epi_stage + cw * kEpiWarpBytes;
         if (p.epilogue & kGemmEpiSwiGLU) {
-          epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane_idx);
+          epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
         } else {
-          epilogue_staged<kBN / 8, false>(p, t, acc, warp_stage, cw, lane_idx);
+          epilogue_staged<kBN / 8, false>(p, t, acc, warp_stage, cw, lane);
+        }
+        if (ct == 0) {
+          KOSMOS_GEMM_MARK(0, 3);
+          KOSMOS_GEMM_NEXT(0);
         }
         continue;
       }
       // Accumulate (C += ...): masked direct stores from the wgmma accumulator layout. Thread (warp w of its
       // warpgroup, lane l) holds rows r0 + 8 * rr (rr < 2), r0 = 64 * wg + 16 * w + l / 4, and
       // columns 8 * j + 2 * (l % 4) + {0, 1} (j < BN / 8): acc index = c + 2 * rr + 4 * j.
-      const int r0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane_idx / 4;
-      const int c0 = 2 * (lane_idx % 4);
+      const int r0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane / 4;
+      const int c0 = 2 * (lane % 4);
       const bool swiglu = (p.epilogue & kGemmEpiSwiGLU) != 0;
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
