@@ -7,6 +7,7 @@
 // --sets S rotates S operand sets (S > 1: inputs not in L2, as `kosmos bench gemm` does); the
 // product path (kosmos::Gemm, the persistent runtime) is timed on the same sets.
 //   gemm_probe M N K [--layout nn|nt] [--shape auto|256|128|64] [--run R] [--data ints|random] [--sets S]
+//              [--stream default|nonblocking]
 #define KOSMOS_GEMM_PROBE 1
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -55,16 +56,16 @@ __global__ void fill_uniform(uint16_t* p, size_t n, uint64_t seed) {
 }
 
 template <class F>
-double median_ms(F&& launch) {  // launch(i): i counts launches (for rotating operand sets)
+double median_ms(F&& launch, cudaStream_t stream = nullptr) {  // launch(i): i counts launches (rotating sets)
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   for (int i = 0; i < 5; ++i) launch(i);
   std::vector<float> ms;
   for (int i = 0; i < 20; ++i) {
-    CK(cudaEventRecord(e0));
+    CK(cudaEventRecord(e0, stream));
     launch(i);
-    CK(cudaEventRecord(e1));
+    CK(cudaEventRecord(e1, stream));
     CK(cudaEventSynchronize(e1));
     float t;
     CK(cudaEventElapsedTime(&t, e0, e1));
@@ -91,8 +92,10 @@ struct Stat {
 
 using Marks = long long[probe::kMaxCtas][probe::kMaxTiles][probe::kMarks];
 
-void print_phases(const char* what, const Marks& marks, const int (&seq)[probe::kMaxCtas][2], int sms, int kb,
-                  int clock_khz) {
+using KernelNs = long long[probe::kMaxCtas][2];
+
+void print_phases(const char* what, const Marks& marks, const int (&seq)[probe::kMaxCtas][2], const KernelNs& kns,
+                  double event_ms, int sms, int kb, int clock_khz) {
   const double us_per_cycle = 1e3 / clock_khz;  // at the reported (max) SM clock
   Stat fill_first, fill, main_loop, epi, gap, lead;
   int tiles = 0;
@@ -122,8 +125,16 @@ void print_phases(const char* what, const Marks& marks, const int (&seq)[probe::
       ns += double(m[7] - m[6]);
     }
   }
-  std::printf("  %s: tiles from first start to last end %.1f us (wall), SM clock while in tiles %.0f MHz\n", what,
-              (t_last - t_first) * 1e-3, ns > 0 ? cycles / ns * 1e3 : 0.0);
+  long long entry = -1, exit_ = 0;
+  for (int cta = 0; cta < std::min(sms, probe::kMaxCtas); ++cta) {
+    if (kns[cta][0] == 0) continue;  // CTA not launched (grid smaller than the SM count)
+    if (entry < 0 || kns[cta][0] < entry) entry = kns[cta][0];
+    exit_ = std::max(exit_, kns[cta][1]);
+  }
+  std::printf("  %s: event time %.1f us = kernel span (first CTA entry to last CTA exit) %.1f us + %.1f us outside; inside: "
+              "entry -> first tile start %.1f us, tiles %.1f us, last tile end -> last exit %.1f us; SM clock in tiles %.0f MHz\n",
+              what, event_ms * 1e3, (exit_ - entry) * 1e-3, event_ms * 1e3 - (exit_ - entry) * 1e-3, (t_first - entry) * 1e-3,
+              (t_last - t_first) * 1e-3, (exit_ - t_last) * 1e-3, ns > 0 ? cycles / ns * 1e3 : 0.0);
   std::printf("  %s, %d tiles, per tile (median / mean us): first-k-block wait %.2f / %.2f (first tile of a CTA: %.2f / %.2f); "
               "mainloop %.2f / %.2f (%.3f us per k-block); epilogue %.2f / %.2f; gap to next tile %.2f / %.2f; first TMA "
               "issue -> data %.2f / %.2f\n",
@@ -136,7 +147,7 @@ void print_phases(const char* what, const Marks& marks, const int (&seq)[probe::
 
 namespace kosmos::ops::probe_access {  // src/ops/op_kernel.cu, probe build
 cudaError_t reset();
-cudaError_t read(void* marks, void* seq);
+cudaError_t read(void* marks, void* seq, void* kernel_ns);
 }  // namespace kosmos::ops::probe_access
 
 int main(int argc, char** argv) {
@@ -145,7 +156,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t M = std::atoll(argv[1]), N = std::atoll(argv[2]), K = std::atoll(argv[3]);
-  bool nn = true, random = false;
+  bool nn = true, random = false, own_stream = false;
   int sets = 1;
   int run = 0;
   GemmTileShape shape = GemmTileShape::kAuto;
@@ -154,6 +165,7 @@ int main(int argc, char** argv) {
     if (a == "--layout") nn = v == "nn";
     else if (a == "--run") run = std::atoi(v.c_str());
     else if (a == "--data") random = v == "random";
+    else if (a == "--stream") own_stream = v == "nonblocking";
     else if (a == "--sets") sets = std::max(1, std::atoi(v.c_str()));
     else if (a == "--shape") shape = v == "256" ? GemmTileShape::k128x256 : v == "128" ? GemmTileShape::k128x128
                                      : v == "64" ? GemmTileShape::k128x64 : GemmTileShape::kAuto;
@@ -199,7 +211,9 @@ int main(int argc, char** argv) {
   const GemmParams& p = P[0];
   if (run <= 0) run = int(kosmos::ops::choose_run_length(p.num_m_tiles, p.num_n_tiles, sms));
   const double t_ms = median_ms([&](int i) { CK(testing::launch_gemm_engine(P[i % sets], sms, run, 16)); });
-  const double rt_ms = median_ms([&](int i) { (void)plans[i % sets]->run(); });
+  cudaStream_t rs = nullptr;  // --stream nonblocking: time the runtime on its own stream
+  if (own_stream) CK(cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking));
+  const double rt_ms = median_ms([&](int i) { (void)plans[i % sets]->run(rs); }, rs);
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 1;
   const float alpha = 1.f, beta = 0.f;
@@ -223,8 +237,10 @@ int main(int argc, char** argv) {
   CK(cudaEventElapsedTime(&probed_ms, e0, e1));
   static Marks marks;
   static int seq[probe::kMaxCtas][2];
+  static KernelNs kns;
   CK(cudaMemcpyFromSymbol(marks, probe::g_marks, sizeof(marks)));
   CK(cudaMemcpyFromSymbol(seq, probe::g_seq, sizeof(seq)));
+  CK(cudaMemcpyFromSymbol(kns, probe::g_kernel_ns, sizeof(kns)));
   const int kb = int((K + kGemmBlockK - 1) / kGemmBlockK);
   const double flops = 2.0 * M * N * K;
   std::printf("gemm_probe %lldx%lldx%lld %s %s data, %d operand sets, tile 128x%d run %d: standalone %.4f ms (%.1f TFLOP/s, "
@@ -234,13 +250,17 @@ int main(int argc, char** argv) {
               gemm_block_n(p.tile_shape), run, t_ms, flops / t_ms * 1e-9, cublas_ms / t_ms, probed_ms, rt_ms,
               flops / rt_ms * 1e-9, cublas_ms / rt_ms, plans[0]->raster().c_str(), cublas_ms, flops / cublas_ms * 1e-9,
               kb, clock_khz / 1e3);
-  print_phases("standalone engine", marks, seq, sms, kb, clock_khz);
+  print_phases("standalone engine", marks, seq, kns, probed_ms, sms, kb, clock_khz);
   // The same tiles inside the runtime's op kernel (this binary links its probe build).
   CK(kosmos::ops::probe_access::reset());
+  CK(cudaEventRecord(e0));
   (void)plans[0]->run();
+  CK(cudaEventRecord(e1));
   if (!plans[0]->finish().is_ok()) return 1;
-  CK(kosmos::ops::probe_access::read(marks, seq));
-  print_phases("kosmos::Gemm (runtime op kernel)", marks, seq, sms, kb, clock_khz);
+  float rt_probed_ms;
+  CK(cudaEventElapsedTime(&rt_probed_ms, e0, e1));
+  CK(kosmos::ops::probe_access::read(marks, seq, kns));
+  print_phases("kosmos::Gemm (runtime op kernel)", marks, seq, kns, rt_probed_ms, sms, kb, clock_khz);
   const double ideal_kb_us = 2.0 * 128 * gemm_block_n(p.tile_shape) * 64 / (989e12 / sms) * 1e6;
   std::printf("  dense bf16 peak (989 TFLOP/s) would take %.3f us per k-block of this tile\n", ideal_kb_us);
   return 0;

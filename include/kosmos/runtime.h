@@ -105,6 +105,9 @@ struct KernelVariant {
   int threads;                // CTA size
   size_t dynamic_smem_bytes;  // per CTA
   bool (*supports)(plan::TaskKind);
+  // The same kernel taking (KernelParamsSmall), or null: launched instead whenever the body
+  // parameters set on the executor fit its smaller blob (a cheaper launch).
+  const void* kernel_small_params = nullptr;
 };
 const KernelVariant& builtin_kernel_variant();
 

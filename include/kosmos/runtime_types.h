@@ -51,7 +51,7 @@ struct ErrorRecord {
 // recover after an aborted run).
 struct RunState {
   uint32_t ticket;    // next position in the task order to claim
-  uint32_t done;      // CTAs that left the loop this run
+  uint32_t unused;    // (was a count of CTAs that left the loop; the last claim resets instead)
   uint64_t epoch;     // completed runs
   uint64_t audit_seq;
   uint32_t abort;     // set by a CTA whose wait timed out; every CTA polls it

@@ -2,6 +2,7 @@
 // the runtime's __grid_constant__ body blob so TMA descriptors stay in param space.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/gemm/gemm_params.h"
@@ -22,10 +23,16 @@ struct GemmWaitRule {
   uint32_t reserved = 0;
 };
 
+// Rules first, problems last: the bytes an op needs are gemm_body_bytes(its problem count), and a
+// one- or two-problem body fits the runtime's small parameter blob (a cheaper launch).
 struct GemmBodyParams {
-  kernels::gemm::GemmParams problems[kMaxGemmProblems];
-  GemmWaitRule rules[kMaxGemmProblems];
   uint32_t num_problems;
+  GemmWaitRule rules[kMaxGemmProblems];
+  kernels::gemm::GemmParams problems[kMaxGemmProblems];
 };
+
+inline constexpr size_t gemm_body_bytes(size_t num_problems) {
+  return offsetof(GemmBodyParams, problems) + num_problems * sizeof(kernels::gemm::GemmParams);
+}
 
 }  // namespace kosmos::ops

@@ -43,7 +43,7 @@ struct OpBody {
       // runtime's claim-time acquire orders the generic proxy only, so thread 0 -- which made that
       // acquire and issues the TMA loads -- fences the async proxy after it.
       if (ctx.thread_idx == 0 && t.num_waits > 0) runtime::fence_proxy_async_global();
-      const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.p->body);
+      const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.body);
       const auto args = t.args<kernels::gemm::GemmTileArgs>();
       RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem]};
       kernels::gemm::gemm_tile(body.problems[args.problem], args, smem, ctx.thread_idx, waiter);
@@ -63,8 +63,10 @@ bool op_supports(plan::TaskKind k) {
 }  // namespace
 
 const runtime::KernelVariant& op_kernel_variant() {
-  static const runtime::KernelVariant v{"ops", reinterpret_cast<const void*>(&runtime::persistent_kernel<OpBody>),
-                                        OpBody::kThreads, OpBody::kSmemBytes, &op_supports};
+  static const runtime::KernelVariant v{
+      "ops", reinterpret_cast<const void*>(&runtime::persistent_kernel<OpBody>), OpBody::kThreads, OpBody::kSmemBytes,
+      &op_supports,
+      reinterpret_cast<const void*>(&runtime::persistent_kernel<OpBody, runtime::kSmallBodyParamBytes>)};
   return v;
 }
 
@@ -77,9 +79,11 @@ cudaError_t reset() {
   static int zero[kernels::gemm::probe::kMaxCtas][2];
   return cudaMemcpyToSymbol(kernels::gemm::probe::g_seq, zero, sizeof(zero));
 }
-cudaError_t read(void* marks, void* seq) {
+cudaError_t read(void* marks, void* seq, void* kernel_ns) {
   cudaError_t e = cudaMemcpyFromSymbol(marks, kernels::gemm::probe::g_marks, sizeof(kernels::gemm::probe::g_marks));
   if (e == cudaSuccess) e = cudaMemcpyFromSymbol(seq, kernels::gemm::probe::g_seq, sizeof(kernels::gemm::probe::g_seq));
+  if (e == cudaSuccess)
+    e = cudaMemcpyFromSymbol(kernel_ns, kernels::gemm::probe::g_kernel_ns, sizeof(kernels::gemm::probe::g_kernel_ns));
   return e;
 }
 }  // namespace kosmos::ops::probe_access

@@ -101,8 +101,7 @@ Status OpRunner::prepare(cudaStream_t stream) {
     void* base = buffer(b, rank);
     return base ? static_cast<char*>(base) + off : nullptr;
   };
-  GemmBodyParams body;
-  std::memset(&body, 0, sizeof(body));
+  GemmBodyParams body{};
   for (size_t i = 0; i < problems_.size(); ++i) {
     const GemmProblemSpec& s = problems_[i];
     kernels::gemm::GemmDesc d = s.desc;
@@ -121,7 +120,7 @@ Status OpRunner::prepare(cudaStream_t stream) {
     body.rules[i] = s.rule;
   }
   body.num_problems = uint32_t(problems_.size());
-  if (gpu_) KOSMOS_RETURN_IF_ERROR(gpu_->set_body_params(&body, sizeof(body), stream));
+  if (gpu_) KOSMOS_RETURN_IF_ERROR(gpu_->set_body_params(&body, gemm_body_bytes(problems_.size()), stream));
   dirty_ = false;
   return Status::ok();
 }

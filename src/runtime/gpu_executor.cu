@@ -46,6 +46,7 @@ const KernelVariant& builtin_kernel_variant() {
 struct GpuExecutor::Impl {
   KernelVariant variant{};
   KernelParams params{};
+  size_t body_bytes = 0;  // of params.body, as last set by set_body_params
   DeviceArray<plan::Task> tasks;
   DeviceArray<plan::Wait> waits;
   DeviceArray<plan::Signal> signals;
@@ -99,9 +100,13 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
 
   // Grid: every SM x the occupancy the variant allows. Cooperative launch refuses grids that
   // cannot be co-resident, so this is checked by the driver as well as computed here.
-  if (variant.dynamic_smem_bytes > 48 * 1024)
+  if (variant.dynamic_smem_bytes > 48 * 1024) {
     KOSMOS_CUDA_CHECK(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(variant.dynamic_smem_bytes)));
+    if (variant.kernel_small_params)
+      KOSMOS_CUDA_CHECK(cudaFuncSetAttribute(variant.kernel_small_params, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(variant.dynamic_smem_bytes)));
+  }
   int per_sm = 0;
   KOSMOS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, variant.kernel, variant.threads,
                                                                   variant.dynamic_smem_bytes));
@@ -193,6 +198,7 @@ void* GpuExecutor::buffer(uint32_t buffer, uint32_t rank) const {
 Status GpuExecutor::set_body_params(const void* data, size_t bytes, cudaStream_t) {
   KOSMOS_CHECK(bytes <= kBodyParamBytes, "set_body_params: ", bytes, " bytes exceed the ", kBodyParamBytes, " available");
   std::memcpy(impl_->params.body, data, bytes);  // by value into the next launches' parameters
+  impl_->body_bytes = bytes;
   return Status::ok();
 }
 
@@ -211,8 +217,10 @@ Status GpuExecutor::run(cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  // The small-parameter kernel reads the first sizeof(KernelParamsSmall) bytes of the same block.
+  const bool small = impl_->variant.kernel_small_params && impl_->body_bytes <= kSmallBodyParamBytes;
   void* args[] = {&impl_->params};
-  KOSMOS_CUDA_CHECK(cudaLaunchKernelExC(&cfg, impl_->variant.kernel, args));
+  KOSMOS_CUDA_CHECK(cudaLaunchKernelExC(&cfg, small ? impl_->variant.kernel_small_params : impl_->variant.kernel, args));
   return Status::ok();
 }
 

@@ -1,6 +1,7 @@
 // Launch parameters of the persistent kernel (grid-invariant, passed as __grid_constant__).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kosmos/plan.h"
@@ -9,10 +10,14 @@
 namespace kosmos::runtime {
 
 // Room for op-specific parameters (e.g. GEMM tensor maps, 128 B each). Kernel parameters may be
-// up to 32 KB on sm_90 with CUDA 12.1+.
+// up to 32 KB on sm_90 with CUDA 12.1+. Every launch copies the whole parameter block, so a
+// variant may also be compiled with a small blob (kSmallBodyParamBytes) and the executor launches
+// that one whenever the op's body data fits (measured on the H200: a single launch with 16 KB of
+// parameters took ~1.8 us longer than with 64 B).
 inline constexpr size_t kBodyParamBytes = 16384;
+inline constexpr size_t kSmallBodyParamBytes = 2048;
 
-struct KernelParams {
+struct KernelParamsHeader {
   const plan::Task* tasks;      // [num_tasks] in claim order
   const plan::Wait* waits;
   const plan::Signal* signals;
@@ -32,10 +37,21 @@ struct KernelParams {
   uint64_t watchdog_ns;
   uint32_t sys_scope;           // 1: counters/buffers span GPUs, use .sys fences and atomics
   uint32_t reserved;
-  // Op-specific parameters (e.g. GEMM tensor maps) by value: TMA descriptors in param space.
-  // (Measured 2026-12-02: moving them to global memory made the GEMM op slower, 0.81x vs 0.87x
-  // of cuBLAS geomean, so they stay here; see docs/perf-notes.md.)
-  alignas(128) unsigned char body[kBodyParamBytes];
 };
+
+// The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:
+// TMA descriptors in param space. (Measured 2026-12-02: moving them to global memory made the GEMM
+// op slower, 0.81x vs 0.87x of cuBLAS geomean, so they stay here; see docs/perf-notes.md.)
+// Both sizes share the layout of their prefix, so the executor keeps one KernelParams and a
+// launch of the small variant passes its first sizeof(KernelParamsSmall) bytes.
+template <size_t kBodyBytes>
+struct KernelParamsWith : KernelParamsHeader {
+  alignas(128) unsigned char body[kBodyBytes];
+};
+using KernelParams = KernelParamsWith<kBodyParamBytes>;
+using KernelParamsSmall = KernelParamsWith<kSmallBodyParamBytes>;
+// Both end with their 128-aligned body after the same header, so the body starts at one offset:
+static_assert(sizeof(KernelParams) - sizeof(KernelParamsSmall) == kBodyParamBytes - kSmallBodyParamBytes,
+              "one prefix layout for both sizes");
 
 }  // namespace kosmos::runtime

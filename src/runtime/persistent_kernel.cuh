@@ -30,7 +30,8 @@ inline constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
 
 // What a task body sees of the runtime.
 struct TaskContext {
-  const KernelParams* p;
+  const KernelParamsHeader* p;
+  const unsigned char* body;  // the launch's op-specific parameters (param space)
   uint64_t epoch;
   uint32_t sm_idx;
   uint32_t cta;
@@ -149,8 +150,9 @@ __device__ __forceinline__ void run_checksum(const plan::Task& t, const TaskCont
 
 // Body: struct with `static constexpr int kThreads`, `static constexpr size_t kSmemBytes`, and
 // `__device__ static void run(const plan::Task&, const TaskContext&, char* smem)` for op kinds.
-template <class Body>
-__global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __grid_constant__ KernelParams p) {
+template <class Body, size_t kBodyBytes = kBodyParamBytes>
+__global__ void __launch_bounds__(Body::kThreads, 1)
+    persistent_kernel(const __grid_constant__ KernelParamsWith<kBodyBytes> p) {
   extern __shared__ __align__(1024) char smem[];
   // The scheduler thread's state lives in shared memory, not in registers: nothing of the task
   // loop stays live across a body, so the bodies (the GEMM consumers above all) get every register
@@ -169,7 +171,13 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
   __shared__ uint32_t s_num_signals, s_first_signal;
   __shared__ plan::Signal s_signals[kCachedSignals];
   const int thread_idx = threadIdx.x;
+#ifdef KOSMOS_GEMM_PROBE  // diagnostic build (gemm_probe): kernel entry/exit times per CTA
+  if (thread_idx == 0) kernels::gemm::probe::mark_kernel(0);
+#endif
   if (thread_idx == 0) {
+    // The first claim is slot blockIdx.x (below): start fetching that task now, under the epoch
+    // load, rather than one dependent round trip after it.
+    if (blockIdx.x < p.num_tasks) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.tasks + blockIdx.x));
     s_epoch = *reinterpret_cast<volatile uint64_t*>(&p.state->epoch);
     s_claims = 0;
   }
@@ -177,7 +185,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
 
   for (;;) {
     if (thread_idx == 0) {
-      const TaskContext ctx{&p, s_epoch, smid(), blockIdx.x, 0};
+      const TaskContext ctx{&p, p.body, s_epoch, smid(), blockIdx.x, 0};
       uint32_t slot = kNoSlot;
       const uint32_t claims = s_claims++;
       if ((claims & 255u) == 255u && *p.host_abort) {
@@ -189,7 +197,22 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
         // The first claim of every CTA is slot blockIdx.x, the rest come from the ticket offset by
         // the grid: the same claims as if CTA i had won ticket i, without an atomic round trip on
         // the critical path of a one-wave plan.
-        slot = claims == 0 ? blockIdx.x : gridDim.x + atomicAdd(&p.state->ticket, 1u);
+        if (claims == 0) {
+          slot = blockIdx.x;
+        } else {
+          const uint32_t ticket = atomicAdd(&p.state->ticket, 1u);
+          slot = gridDim.x + ticket;
+          // A complete run takes exactly num_tasks tickets: every CTA that ran a task makes one
+          // failing claim at its end, and the others were taken by successful claims. So the claim
+          // that takes ticket num_tasks - 1 is the run's last: every other CTA has finished its
+          // last task, and this one resets the ticket and advances the epoch (the next launch sees
+          // both; nothing in this run reads them again). An aborted run stops claiming early and
+          // is reset by the host's recovery (GpuExecutor::finish).
+          if (ticket == p.num_tasks - 1) {
+            p.state->ticket = 0;
+            if (ld_relaxed_gpu(&p.state->abort) == 0u) p.state->epoch = s_epoch + 1;
+          }
+        }
         if (slot >= p.num_tasks) slot = kNoSlot;
       }
       s_slot = slot;
@@ -219,7 +242,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
     if (!s_ok) continue;  // the run is ending; abandon the task (its signals are never sent)
 
     {
-      const TaskContext ctx{&p, s_epoch, smid(), blockIdx.x, thread_idx};
+      const TaskContext ctx{&p, p.body, s_epoch, smid(), blockIdx.x, thread_idx};
       const plan::Task& task = p.tasks[s_slot];
       switch (task.kind) {
         case plan::TaskKind::kNop: break;
@@ -238,7 +261,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
           asm volatile("" : "+l"(body_smem));
           int body_thread = thread_idx;
           asm volatile("" : "+r"(body_thread));
-          const TaskContext body_ctx{&p, s_epoch, smid(), blockIdx.x, body_thread};
+          const TaskContext body_ctx{&p, p.body, s_epoch, smid(), blockIdx.x, body_thread};
           Body::run(task, body_ctx, body_smem);
           break;
         }
@@ -248,7 +271,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
 
     if (thread_idx == 0) {
       const uint32_t slot = s_slot;  // re-read after the barrier: not kept live across the body
-      const TaskContext ctx{&p, s_epoch, smid(), blockIdx.x, 0};
+      const TaskContext ctx{&p, p.body, s_epoch, smid(), blockIdx.x, 0};
       if (p.audit) {
         AuditRecord& a = p.audit[slot];
         a.runs += 1;
@@ -271,18 +294,12 @@ __global__ void __launch_bounds__(Body::kThreads, 1) persistent_kernel(const __g
     }
   }
 
-  // Exit: the last CTA resets the claim state and, if the run completed, advances the epoch.
-  if (thread_idx == 0) {
-    __threadfence();
-    const uint32_t prev = atomicAdd(&p.state->done, 1u);
-    if (prev == gridDim.x - 1) {
-      __threadfence();
-      p.state->ticket = 0;
-      p.state->done = 0;
-      if (ld_relaxed_gpu(&p.state->abort) == 0u) p.state->epoch = s_epoch + 1;
-      __threadfence();
-    }
-  }
+  // Exit: nothing to do; the run's last claim reset the claim state (above). (Until the fourth
+  // session every CTA counted itself out on a second atomic and the last one reset the state after
+  // two fences: ~2 us on the critical path of every launch, measured with gemm_probe.)
+#ifdef KOSMOS_GEMM_PROBE
+  if (thread_idx == 0) kernels::gemm::probe::mark_kernel(1);
+#endif
 }
 
 // The built-in variant: no op kinds.

@@ -11,6 +11,9 @@ __global__ void __launch_bounds__(384, 1)
     gemm_engine_kernel(const __grid_constant__ GemmParams p, int run, int group_m_runs) {
   extern __shared__ __align__(1024) char smem[];
   NoWait no_wait;
+#ifdef KOSMOS_GEMM_PROBE
+  if (threadIdx.x == 0) probe::mark_kernel(0);
+#endif
   const int m_runs = (p.num_m_tiles + run - 1) / run;
   const int total = m_runs * p.num_n_tiles;
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
@@ -24,6 +27,9 @@ __global__ void __launch_bounds__(384, 1)
     gemm_tile(p, args, smem, threadIdx.x, no_wait);
     __syncthreads();
   }
+#ifdef KOSMOS_GEMM_PROBE
+  if (threadIdx.x == 0) probe::mark_kernel(1);
+#endif
 }
 
 // Launches the kernel on every SM (or fewer when there is less work).

@@ -16,8 +16,16 @@ inline constexpr int kMarks = 8;
 
 __device__ long long g_marks[kMaxCtas][kMaxTiles][kMarks];
 __device__ int g_seq[kMaxCtas][2];
+__device__ long long g_kernel_ns[kMaxCtas][2];  // %globaltimer at kernel entry and at exit, per CTA
+
+__device__ __forceinline__ void mark_kernel(int which) {  // 0: entry, 1: exit (thread 0)
+  long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  if (blockIdx.x < kMaxCtas) g_kernel_ns[blockIdx.x][which] = ns;
+}
 
 __device__ __forceinline__ void mark(int role, int which) {
+  if (blockIdx.x >= kMaxCtas) return;
   const int s = g_seq[blockIdx.x][role];
   if (s >= kMaxTiles) return;
   g_marks[blockIdx.x][s][which] = clock64();
