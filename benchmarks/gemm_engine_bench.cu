@@ -27,20 +27,13 @@
 #include "kosmos/gemm.h"
 #include "ops/gemm_args.h"
 #include "ops/op_runner.h"
+#include "bench_util.cuh"
 #include "gemm_engine_test_kernel.cuh"
 #include "kernels/gemm/bf16.h"
 #include "kernels/gemm/gemm_host.h"
 
 using namespace kosmos::kernels::gemm;
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
 #define CB(x)                                                                              \
   do {                                                                                     \
     cublasStatus_t s_ = (x);                                                               \
@@ -64,18 +57,7 @@ struct Options {
   bool dump_only = false;
 };
 
-__global__ void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    const float f = float(int32_t(x & 0xFFFF) - 32768) / 32768.0f;  // [-1, 1)
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    p[i] = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-}
+using bench_util::fill_random_bf16;
 
 struct Buf {
   void* p = nullptr;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "gemm_engine_test_kernel.cuh"
 #include "kosmos/gemm.h"
 #include "ops/gemm_args.h"
@@ -25,15 +26,6 @@
 #include "ops/op_runner.h"
 
 using namespace kosmos::kernels::gemm;
-
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 namespace {
 
@@ -45,15 +37,6 @@ __global__ void fill_small_ints(uint16_t* p, size_t n, uint32_t seed) {
   }
 }
 
-__global__ void fill_uniform(uint16_t* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    p[i] = uint16_t(__float_as_uint(float(int32_t(x & 0xFFFF) - 32768) / 32768.0f) >> 16);
-  }
-}
 
 template <class F>
 double median_ms(F&& launch, cudaStream_t stream = nullptr) {  // launch(i): i counts launches (rotating sets)
@@ -181,8 +164,8 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&B[s], N * K * 2));
     CK(cudaMalloc(&C[s], M * N * 2));
     if (random) {
-      fill_uniform<<<1024, 256>>>(A[s], M * K, 1 + 17 * s);
-      fill_uniform<<<1024, 256>>>(B[s], N * K, 2 + 17 * s);
+      bench_util::fill_random_bf16<<<1024, 256>>>(A[s], M * K, 1 + 17 * s);
+      bench_util::fill_random_bf16<<<1024, 256>>>(B[s], N * K, 2 + 17 * s);
     } else {
       fill_small_ints<<<1024, 256>>>(A[s], M * K, 1 + 17 * s);
       fill_small_ints<<<1024, 256>>>(B[s], N * K, 2 + 17 * s);
