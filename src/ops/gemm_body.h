@@ -24,7 +24,7 @@ struct GemmWaitRule {
 };
 
 // Rules first, problems last: the bytes an op needs are gemm_body_bytes(its problem count), and a
-// one- or two-problem body fits the runtime's small parameter blob (a cheaper launch).
+// body of up to three problems fits the runtime's small parameter blob (a cheaper launch).
 struct GemmBodyParams {
   uint32_t num_problems;
   GemmWaitRule rules[kMaxGemmProblems];

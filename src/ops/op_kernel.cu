@@ -12,6 +12,7 @@
 namespace kosmos::ops {
 
 static_assert(sizeof(GemmBodyParams) <= runtime::kBodyParamBytes, "GEMM problems do not fit the body blob");
+static_assert(gemm_body_bytes(2) <= runtime::kSmallBodyParamBytes, "kosmos::Gemm and the W = 1 MoE forward (2 problems) take the small launch");
 
 namespace {
 

@@ -1,6 +1,7 @@
 // GPU executor: uploads a plan, sizes the cooperative grid, launches the persistent kernel.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/basic_tasks.h"
@@ -110,6 +111,12 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   int per_sm = 0;
   KOSMOS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, variant.kernel, variant.threads,
                                                                   variant.dynamic_smem_bytes));
+  if (variant.kernel_small_params) {  // one grid for both launches: the smaller occupancy of the two
+    int per_sm_small = 0;
+    KOSMOS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_small, variant.kernel_small_params,
+                                                                    variant.threads, variant.dynamic_smem_bytes));
+    per_sm = std::min(per_sm, per_sm_small);
+  }
   KOSMOS_CHECK_CODE(per_sm >= 1, StatusCode::kUnavailable, "GpuExecutor: kernel '", variant.name,
                     "' cannot be resident (threads ", variant.threads, ", smem ", variant.dynamic_smem_bytes, ")");
   ex->num_sms_ = prop.multiProcessorCount;

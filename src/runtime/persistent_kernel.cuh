@@ -295,8 +295,9 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   }
 
   // Exit: nothing to do; the run's last claim reset the claim state (above). (Until the fourth
-  // session every CTA counted itself out on a second atomic and the last one reset the state after
-  // two fences: ~2 us on the critical path of every launch, measured with gemm_probe.)
+  // session every CTA counted itself out on a second atomic and the last one reset the state
+  // between fences: from the last tile's end to the last CTA's exit took 2.5 us, now 1.4 us, by
+  // gemm_probe on the H200.)
 #ifdef KOSMOS_GEMM_PROBE
   if (thread_idx == 0) kernels::gemm::probe::mark_kernel(1);
 #endif
