@@ -2,7 +2,7 @@
 # One device call: runs the GPU tests and benchmarks from an already built tree (carry build/),
 # writing logs and JSON under $OUT. Usage on the GPU machine: scripts/device_batch.sh [steps...]
 # Steps: info gpu-tests nccl-tests demo bench-gemm bench-gemm-nt bench-tp runtime-bench trace bench-moe
-#        baselines gemm-tests gemm-bench ncu-gemm (default: info gpu-tests runtime-bench trace demo)
+#        baselines gemm-tests gemm-bench ncu-gemm probe (default: info gpu-tests runtime-bench trace demo)
 set -uo pipefail
 # Everything is written to a work folder and packed into $OUT/results.tgz at the end (the device
 # tool returns at most 8 files).
@@ -76,6 +76,15 @@ for s in "${steps[@]}"; do
       done
       $bin/gemm_engine_bench --grouped-only --dump-groups "$out/grouped-sizes.json" --json "$out/gemm-engine-grouped.json" 2>&1 | tail -6 | tee -a "$out/baselines.log"
       python3 bench/torch_baselines.py grouped-gemm --sizes "$out/grouped-sizes.json" --json "$out/torch-grouped-mm.json" 2>&1 | tee -a "$out/baselines.log" ;;
+    probe)
+      # Where a GEMM tile's time goes (diagnostic build: cmake --build build --target gemm_probe).
+      if [ -x $bin/gemm_probe ]; then
+        for shape in ${PROBE_SHAPES:-4096x4096x1536 128x7168x2048 8192x8192x3584}; do
+          $bin/gemm_probe ${shape//x/ } --data random --sets 12 2>&1 | tee -a "$out/probe.log"
+        done
+      else
+        echo "probe: $bin/gemm_probe not built (cmake --build build --target gemm_probe)"
+      fi ;;
     gemm-tests) $bin/tests/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
     gemm-bench) $bin/gemm_engine_bench --json "$out/gemm-bench.json" 2>&1 | tee "$out/gemm-bench.log" | tail -30 ;;
     *) echo "unknown step $s" ;;

@@ -83,6 +83,41 @@ TEST(GpuRuntime, CudaGraphReplayThousandTimes) {
   cudaStreamDestroy(s);
 }
 
+// The run's last claim (the one that takes ticket num_tasks - 1) resets the claim state and
+// advances the epoch. Fewer tasks than CTAs, as many, one more, many more; full and small grids;
+// three runs each (run r's waits need the epoch of run r: a missed or doubled advance hangs or
+// releases waits early, which the audit catches).
+TEST(GpuRuntime, EpochAdvancesOncePerRunForEveryTaskCountAndGrid) {
+  SKIP_WITHOUT_GPU();
+  for (uint32_t n : {1u, 2u, 131u, 132u, 133u, 528u, 529u, 5000u}) {
+    for (int max_ctas : {0, 1, 7}) {
+      RandomDagOptions o;
+      o.num_tasks = n;
+      o.max_fan_in = 4;
+      o.world = 2;
+      Plan p;
+      ASSERT_TRUE(make_random_dag(o, 31 * n + uint32_t(max_ctas), &p).is_ok());
+      GpuOptions go;
+      go.audit = true;
+      go.max_ctas = max_ctas;
+      go.watchdog_seconds = 10;
+      std::unique_ptr<GpuExecutor> ex;
+      ASSERT_TRUE(GpuExecutor::create(p, go, &ex).is_ok());
+      for (uint64_t run = 1; run <= 3; ++run) {
+        ASSERT_TRUE(ex->run(nullptr).is_ok());
+        const Status st = ex->finish(nullptr);
+        ASSERT_TRUE(st.is_ok()) << n << " tasks, grid " << ex->grid_size() << ", run " << run << ": " << st.to_string();
+        uint64_t epoch = 0;
+        ASSERT_TRUE(ex->read_epoch(&epoch).is_ok());
+        ASSERT_EQ(epoch, run) << n << " tasks, grid " << ex->grid_size();
+      }
+      std::vector<AuditRecord> audit;
+      ASSERT_TRUE(ex->read_audit(&audit).is_ok());
+      ASSERT_EQ(test::check_audit(p, audit, 3), "") << n << " tasks, grid " << ex->grid_size();
+    }
+  }
+}
+
 TEST(GpuRuntime, SamplePipelineVirtualRanksAndGraphOfData) {
   SKIP_WITHOUT_GPU();
   for (uint32_t world : {1u, 2u, 4u, 8u}) {
