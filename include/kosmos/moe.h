@@ -73,6 +73,15 @@ struct MoeConfig {
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count
   int dispatch_slices = 0;            // 0: chosen; else split each expert's rows over this many tasks (<= 255)
+  // Forward claim order: a GEMM2 run is queued this many GEMM1 runs after the last GEMM1 run it
+  // reads (0: chosen, about two waves of GEMM1 tasks; a value >= the run count queues every GEMM2
+  // task after every GEMM1 task, i.e. the unfused order inside one launch).
+  int gemm2_lag = 0;
+  int gemm1_run = 0;  // forward: worst-case slots per GEMM1 task (0: chosen for the makespan), 1..16
+  int gemm2_run = 0;  // forward: the same for GEMM2
+  // Backward claim order: dX tiles of a slot run are queued this many steps after its
+  // swiglu_backward (0: chosen, about two waves; a value >= the run count: after all of them).
+  int backward_dx_lag = 0;
   bool backward = false;  // also plan the backward pass (its buffers, W <= 8: five GEMMs per rank)
 };
 

@@ -15,12 +15,17 @@ inline constexpr int kMaxGemmProblems = 40;  // 40 x 400 B fits the 16 KB body b
 //   counter = counter_base + (m_rows ? m_block * BM / m_rows : 0) + (k_rows ? k_block * BK / k_rows : 0)
 // and it waits until that counter holds everything signalled into it this run (kWaitAll).
 // counter_base == kNoWait: the tile never waits inside its body.
+// join_counter (optional): a counter signalled by every producer of all the rule's counters. The
+// first wait of a task checks it once, without spinning; when it is already complete the task's
+// tiles wait for nothing more (one fence). Without it, a K-sliced rule (k_rows = 128) makes the
+// producer thread spin-load a counter and fence the async proxy every second k-block, on the TMA
+// issue path, even when everything arrived long ago (the TP backward's dW tiles run last).
 struct GemmWaitRule {
   static constexpr uint32_t kNoWait = 0xFFFFFFFFu;
   uint32_t counter_base = kNoWait;
   uint32_t m_rows = 0;  // rows of A (in the M dimension) covered by one counter
   uint32_t k_rows = 0;  // rows of the K dimension covered by one counter
-  uint32_t reserved = 0;
+  uint32_t join_counter = kNoWait;
 };
 
 // Rules first, problems last: the bytes an op needs are gemm_body_bytes(its problem count), and a

@@ -147,6 +147,11 @@ Status validate(const MoeConfig& c) {
                kernels::kMaxTopK);
   KOSMOS_CHECK(c.dispatch_slices >= 0 && c.dispatch_slices <= 255, "MoE dispatch_slices = ", c.dispatch_slices,
                ", expected 0 (chosen) or 1..255");
+  KOSMOS_CHECK(c.gemm1_run >= 0 && c.gemm1_run <= 16 && c.gemm2_run >= 0 && c.gemm2_run <= 16, "MoE gemm1_run = ",
+               c.gemm1_run, ", gemm2_run = ", c.gemm2_run, ", expected 0 (chosen) or 1..16");
+  KOSMOS_CHECK(c.backward_dx_lag >= 0, "MoE backward_dx_lag = ", c.backward_dx_lag,
+               ", expected 0 (chosen) or a positive run count");
+  KOSMOS_CHECK(c.gemm2_lag >= 0, "MoE gemm2_lag = ", c.gemm2_lag, ", expected 0 (chosen) or a positive run count");
   KOSMOS_CHECK(int64_t(c.world) * c.tokens * c.top_k < (int64_t(1) << 31), "MoE receive rows W*T*k = ",
                int64_t(c.world) * c.tokens * c.top_k, " exceed 2^31");
   if (c.backward) {
@@ -309,7 +314,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     };
     ops::GemmProblemSpec g1 = grouped(2 * int64_t(I), H, kernels::gemm::kGemmEpiSwiGLU, MoeBuffer::kRecvX, MoeBuffer::kGateUp,
                                       MoeBuffer::kAct);
-    g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0, 0};  // counter = c_arrive + group
+    g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0};  // counter = c_arrive + group
     ops::GemmProblemSpec g2 = grouped(H, I, kernels::gemm::kGemmEpiRowScale, MoeBuffer::kAct, MoeBuffer::kDown, MoeBuffer::kOut);
     g2.row_scale_buffer = uint32_t(MoeBuffer::kRecvW);
     for (auto* spec : {&g1, &g2}) {  // validate shapes now (no TMA encode)
@@ -331,7 +336,15 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // Both problems walk the same worst-case slots (same group_m / offsets, BM = 128), in runs.
   const int64_t slots = p1.num_m_tiles;
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
-  const uint32_t run = ops::choose_run_length(est_tiles, p1.num_n_tiles, std::max(1, ctas / int(W)));
+  // Decode regime: an expert receives at most one 128-row block under uniform routing, so every
+  // tile streams its weight block with a few rows (HBM-bound; the makespan model below assumes
+  // compute-bound tiles). One-slot runs then spread the weight stream over every SM and let GEMM2
+  // start as soon as the first GEMM1 runs are done (H200, fifth session, W = 1, T = 128: DeepSeek-V3
+  // proxy 0.829 -> 0.767 ms, Qwen3 proxy 1.348 -> 1.235 ms, against runs of 5 / 13 for GEMM1).
+  const bool decode = ops::moe::decode_regime(cfg);
+  const uint32_t run = cfg.gemm1_run > 0 ? uint32_t(cfg.gemm1_run)
+                       : decode          ? 1u
+                                         : ops::choose_run_length(est_tiles, p1.num_n_tiles, std::max(1, ctas / int(W)));
   const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles);
   const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
@@ -360,7 +373,9 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // GEMM2 has its own run length (its n tiles differ from GEMM1's: with GEMM1's runs, Qwen3 T = 128
   // cut GEMM2 into 176 tasks, 1.33 waves on 132 SMs, and the second wave ran on a third of them).
   // A GEMM2 run waits for every GEMM1 run its slots overlap.
-  const uint32_t run2 = ops::choose_run_length(est_tiles, p2.num_n_tiles, std::max(1, ctas / int(W)));
+  const uint32_t run2 = cfg.gemm2_run > 0 ? uint32_t(cfg.gemm2_run)
+                        : decode          ? 1u
+                                          : ops::choose_run_length(est_tiles, p2.num_n_tiles, std::max(1, ctas / int(W)));
   const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles);
   const uint32_t num_runs2 = runs2.size();
   auto gemm2 = [&](uint32_t d, uint32_t r2) {
@@ -373,10 +388,17 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
       for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
     }
   };
-  // GEMM2 run j goes in `lag` GEMM1 runs after the last GEMM1 run it needs: about two waves of
-  // GEMM1 tasks lie between them, so a CTA claiming it rarely finds its input still being computed
-  // (it would block at claim).
-  const uint32_t lag = std::max<uint32_t>(1, uint32_t((2 * ctas + int64_t(W) * p1.num_n_tiles - 1) / (int64_t(W) * p1.num_n_tiles)));
+  // GEMM2 run j goes in `lag` GEMM1 runs after the last GEMM1 run it needs. Decode: about two waves
+  // of GEMM1 tasks lie between them, so a CTA claiming it rarely finds its input still being
+  // computed (it would block at claim) and the weight streams of both GEMMs overlap. Otherwise
+  // (compute-bound tiles) every GEMM2 task goes after every GEMM1 task: interleaved, the two GEMMs'
+  // operands compete for the L2 (H200, fifth session, DeepSeek-V3 proxy T = 4096: 5.99 ms
+  // interleaved at two waves, 6.45 at lag 4, 5.14 ms phase after phase; Qwen3 proxy 3.38 / 3.40).
+  // The overlap left is at the boundary: GEMM2's first runs start while GEMM1's last tiles run.
+  const uint32_t lag = cfg.gemm2_lag > 0 ? std::min<uint32_t>(uint32_t(cfg.gemm2_lag), num_runs)
+                       : decode ? std::max<uint32_t>(1, uint32_t((2 * ctas + int64_t(W) * p1.num_n_tiles - 1) /
+                                                               (int64_t(W) * p1.num_n_tiles)))
+                                : num_runs;
   uint32_t next2 = 0;
   for (uint32_t ri = 0; ri < num_runs + lag; ++ri) {
     if (ri < num_runs)

@@ -136,6 +136,14 @@ inline SlotRuns make_slot_runs(uint32_t slots, uint32_t run, int64_t expected_sl
   return r;
 }
 
+// Decode regime: under uniform routing an expert receives at most one 128-row block (T k W rows over
+// E experts), so every GEMM tile streams its weight block with a few rows: HBM-bound. Both
+// directions then claim short runs with consumers about two waves behind their producers (the
+// weight streams overlap); otherwise each consumer GEMM goes after all of its producer's tiles.
+inline bool decode_regime(const MoeConfig& cfg) {
+  return int64_t(cfg.tokens) * cfg.top_k * cfg.world <= int64_t(kernels::gemm::kGemmBlockM) * cfg.num_experts;
+}
+
 // The backward pass of `cfg` (cfg.backward set, validated) over the layer's buffers `mem`; `ctas`
 // sizes the tasks (as for the forward). Design: docs/design/moe.md.
 Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, DirectionPlan* out);

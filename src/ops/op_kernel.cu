@@ -22,9 +22,15 @@ struct RuntimeGemmWaiter {
   const plan::Task* task;
   GemmWaitRule rule;
   uint32_t last = 0xFFFFFFFFu;
+  bool all_arrived = false;
   // Returns true when it waited on a counter (the caller then fences the async proxy).
   __device__ __forceinline__ bool operator()(int m_block, int k_block) {
-    if (rule.counter_base == GemmWaitRule::kNoWait) return false;
+    if (rule.counter_base == GemmWaitRule::kNoWait || all_arrived) return false;
+    if (rule.join_counter != GemmWaitRule::kNoWait && last == 0xFFFFFFFFu &&
+        ctx->counter_complete(*task, rule.join_counter)) {
+      all_arrived = true;  // every counter of the rule is complete: no more loads in this task
+      return true;
+    }
     const uint32_t c = rule.counter_base +
                        (rule.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / rule.m_rows : 0u) +
                        (rule.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / rule.k_rows : 0u);

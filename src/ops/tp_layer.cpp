@@ -182,8 +182,10 @@ class TpPlanner {
     }
   }
 
-  // All-gather step k: every destination r receives chunk (r + k) % W of `src` into `dst`.
-  void allgather_step(int k, TpBuffer src, TpBuffer dst, int64_t cols, uint32_t counter_base) {
+  // All-gather step k: every destination r receives chunk (r + k) % W of `src` into `dst`. Each
+  // copy signals its 128-row block's counter and, when given, destination r's join counter.
+  void allgather_step(int k, TpBuffer src, TpBuffer dst, int64_t cols, uint32_t counter_base,
+                      uint32_t join = ops::GemmWaitRule::kNoWait) {
     for (int r = 0; r < W_; ++r) {
       const int c = (r + k) % W_;
       for (int64_t row = int64_t(c) * R_; row < int64_t(c + 1) * R_;) {
@@ -194,6 +196,7 @@ class TpPlanner {
                          uint64_t(row - int64_t(c) * R_) * cols * 2, uint64_t(row) * cols * 2, uint64_t(end - row) * cols * 2};
         std::memcpy(t.args, &a, sizeof(a));
         t.signals.push_back({uint32_t(counter_base + mb), uint16_t(r), 1});
+        if (join != ops::GemmWaitRule::kNoWait) t.signals.push_back({join, uint16_t(r), 1});
         t.phase = 0;
         tasks_.push_back(std::move(t));
         row = end;
@@ -320,12 +323,6 @@ std::pair<int, int> chunk_blocks(int ch, int W, int64_t R, int m_tiles) {
   return {ceil_blocks(int64_t(ch) * R), ch == W - 1 ? m_tiles : ceil_blocks(int64_t(ch + 1) * R)};
 }
 
-std::vector<uint32_t> counter_range(uint32_t base, int64_t n) {
-  std::vector<uint32_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = base + uint32_t(i);
-  return v;
-}
-
 // W = 1 backward of either linear: dX = dY · Wᵀ and dW = Xᵀ · dY, no communication.
 Status plain_backward(TpPlanner& P, int64_t M, int64_t N, int64_t K) {
   KOSMOS_RETURN_IF_ERROR(plain_gemm(P, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kDX, M, K, N, 0));
@@ -345,7 +342,7 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
       if (W == 1) return plain_gemm(P, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kY, M, N, K, 1);
       const uint32_t ag = P.counters(uint32_t(MB));
       std::vector<GemmRef> g(W);
-      ops::GemmWaitRule rule{ag, uint32_t(kBM), 0, 0};
+      ops::GemmWaitRule rule{ag, uint32_t(kBM), 0};
       for (int r = 0; r < W; ++r)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, false, TpBuffer::kW, false, TpBuffer::kY, M, N / W, K, rule, 1, &g[r]));
       P.allgather_step(0, TpBuffer::kX, TpBuffer::kGathered, K, ag);
@@ -376,44 +373,44 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
     case TpOp::kColParallelBwd: {
       // dX_r = RS(dY_r · W_rᵀ) [R, K];  dW_r = AG(X)ᵀ · dY_r [K, N/W]
       if (W == 1) return plain_backward(P, M, N, K);
-      const uint32_t ag = P.counters(uint32_t(MB));
+      const uint32_t ag = P.counters(uint32_t(MB)), ag_all = P.counters(1);
       std::vector<GemmRef> gx(W), gw(W);
       for (int s = 0; s < W; ++s)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(s, TpBuffer::kDY, false, TpBuffer::kW, true, TpBuffer::kPartial, M, K, N / W, none, 0, &gx[s]));
-      ops::GemmWaitRule rule{ag, 0, uint32_t(kBM), 0};
+      ops::GemmWaitRule rule{ag, 0, uint32_t(kBM), ag_all};
       for (int r = 0; r < W; ++r)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, true, TpBuffer::kDY, false, TpBuffer::kDW, K, N / W, M, rule, 1, &gw[r]));
       const uint32_t rs = P.counters(uint32_t(MB * gx[0].n_tiles));
       for (int o = 0; o < W; ++o) {
-        P.allgather_step(o, TpBuffer::kX, TpBuffer::kGathered, K, ag);
+        P.allgather_step(o, TpBuffer::kX, TpBuffer::kGathered, K, ag, ag_all);
         for (int s = 0; s < W; ++s) P.partial_owner(o, gx[s], s, rs);
         if (o > 0) P.reduce_owner(o - 1, gx[0], K, TpBuffer::kDX, false, rs);
       }
       P.reduce_owner(W - 1, gx[0], K, TpBuffer::kDX, false, rs);
-      const std::vector<uint32_t> all = counter_range(ag, MB);
-      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, all, false, 0, no_signal);
+      // dW tiles stream K-slices as they arrive; their one deferred wait (the join of every copy
+      // into the rank) orders them after the all-gather for the planner.
+      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, {ag_all}, false, 0, no_signal);
       return Status::ok();
     }
     case TpOp::kRowParallelBwd: {
       // dX_r = AG(dY) · W_rᵀ [M, K/W];  dW_r = X_rᵀ · AG(dY) [K/W, N]
       if (W == 1) return plain_backward(P, M, N, K);
-      const uint32_t ag = P.counters(uint32_t(MB));
+      const uint32_t ag = P.counters(uint32_t(MB)), ag_all = P.counters(1);
       std::vector<GemmRef> gx(W), gw(W);
-      ops::GemmWaitRule mrule{ag, uint32_t(kBM), 0, 0}, krule{ag, 0, uint32_t(kBM), 0};
+      ops::GemmWaitRule mrule{ag, uint32_t(kBM), 0, ag_all}, krule{ag, 0, uint32_t(kBM), ag_all};
       for (int r = 0; r < W; ++r) {
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kGathered, false, TpBuffer::kW, true, TpBuffer::kDX, M, K / W, N, mrule, 1, &gx[r]));
         KOSMOS_RETURN_IF_ERROR(P.add_problem(r, TpBuffer::kX, true, TpBuffer::kGathered, false, TpBuffer::kDW, K / W, N, M, krule, 1, &gw[r]));
       }
-      P.allgather_step(0, TpBuffer::kDY, TpBuffer::kGathered, N, ag);
+      P.allgather_step(0, TpBuffer::kDY, TpBuffer::kGathered, N, ag, ag_all);
       for (int k = 0; k < W; ++k) {
-        if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kDY, TpBuffer::kGathered, N, ag);
+        if (k + 1 < W) P.allgather_step(k + 1, TpBuffer::kDY, TpBuffer::kGathered, N, ag, ag_all);
         for (int r = 0; r < W; ++r) {
           auto [b0, b1] = chunk_blocks((r + k) % W, W, R, gx[r].m_tiles);
           P.gemm_tasks(gx[r], r, b0, std::max(b0, b1), {}, true, ag, no_signal);
         }
       }
-      const std::vector<uint32_t> all = counter_range(ag, MB);
-      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, all, false, 0, no_signal);
+      for (int r = 0; r < W; ++r) P.gemm_tasks(gw[r], r, 0, gw[r].m_tiles, {ag_all}, false, 0, no_signal);
       return Status::ok();
     }
   }

@@ -65,6 +65,14 @@ struct TaskContext {
   }
   __device__ __forceinline__ bool aborted() const { return ld_relaxed_gpu(&p->state->abort) != 0u; }
 
+  // One acquire load, no spinning: whether counter (of task t's rank) holds everything signalled
+  // into it this run.
+  __device__ __forceinline__ bool counter_complete(const plan::Task& t, uint32_t counter) const {
+    const uint64_t total = p->totals[size_t(t.rank) * p->num_counters + counter];
+    const uint64_t* c = counter_ptr(t.rank, counter);
+    return (p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c)) >= (epoch + 1) * total;
+  }
+
   // Called by ONE thread. Spins until counter (of task t's rank) >= epoch*total + target.
   // Returns false when the run is ending (timeout here, or abort raised elsewhere).
   __device__ __forceinline__ bool wait_counter(const plan::Task& t, uint32_t counter, uint32_t target) const {

@@ -12,10 +12,11 @@ using namespace kosmos::test;
 
 namespace {
 
-void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0) {
+void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.backward = true;
   c.combine_tokens_per_task = tpt;
+  c.backward_dx_lag = dx_lag;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -62,6 +63,12 @@ TEST(MoeBackwardCpuShapes, TailsManyRowsAndWideLayers) {
   run_backward(2, 23, 8, 3, Routing::kSkewedWithDrops, 136, 72);  // H, I not multiples of 64 / 128
   run_backward(2, 64, 8, 2, Routing::kUniform, 256, 128);   // the largest brief shape
   run_backward(1, 1, 1, 1, Routing::kUniform, 64, 64);      // one token, one expert
+}
+
+TEST(MoeBackwardCpuShapes, DxLagOnlyReordersTasks) {
+  // dX right after its swiglu_backward, and every dX after every swiglu_backward: same gradients.
+  run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1);
+  run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1000);
 }
 
 TEST(MoeBackwardCpuShapes, ForwardStillMatchesWhenPlannedWithBackward) {

@@ -9,12 +9,18 @@ using namespace kosmos;
 using namespace kosmos::test;
 
 namespace {
+struct ClaimOrder {
+  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0;
+};
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
-             int slices = 0) {
+             int slices = 0, ClaimOrder order = {}) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.dispatch_experts_per_task = epb;
   c.combine_tokens_per_task = tpt;
   c.dispatch_slices = slices;
+  c.gemm1_run = order.gemm1_run;
+  c.gemm2_run = order.gemm2_run;
+  c.gemm2_lag = order.gemm2_lag;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -61,6 +67,15 @@ TEST(MoeCpuShapes, ManyRowsPerExpertAndTaskSizes) {
   run_moe(1, 3, 1, 1, Routing::kUniform);  // a single expert
 }
 
+TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
+  // Run lengths and the GEMM2 lag only reorder tasks: every order must give the fp64-checked
+  // result and equal the unfused composition (run_moe checks both), including one-slot runs and
+  // every GEMM2 task queued after every GEMM1 task.
+  run_moe(2, 150, 8, 4, Routing::kSkewed, 64, 32, 0, 0, 0, {1, 1, 1});
+  run_moe(2, 150, 8, 4, Routing::kSkewed, 64, 32, 0, 0, 0, {3, 16, 1000});
+  run_moe(4, 64, 8, 8, Routing::kSkewedWithDrops, 64, 32, 0, 0, 0, {16, 2, 2});
+}
+
 TEST(MoeCpu, InterleaveHelperMatchesTheEngineLayout) {
   const int64_t H = 3, I = 16;
   std::vector<uint16_t> plain(H * 2 * I), inter(H * 2 * I);
@@ -101,4 +116,12 @@ TEST(MoeCpuErrors, BadConfigsNamed) {
   c.num_experts = 512;
   s = MoeLayer::plan(c, &L);
   EXPECT_NE(s.message().find("num_experts = 512"), std::string::npos) << s.message();
+  c.num_experts = 8;
+  c.gemm1_run = 17;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("gemm1_run = 17"), std::string::npos) << s.message();
+  c.gemm1_run = 0;
+  c.gemm2_lag = -1;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("gemm2_lag = -1"), std::string::npos) << s.message();
 }

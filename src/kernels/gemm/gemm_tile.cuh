@@ -14,7 +14,7 @@
 //                                   private 2 KB shared staging area (stmatrix, XOR swizzle) and
 //                                   stores whole 128-byte row segments with 16-byte stores (masked);
 //                                   with kGemmEpiAccumulate: masked direct 4-byte read-add-stores.
-// With kSetMaxNReg the producer warpgroup drops to 40 registers and the consumers rise to 232;
+// With kSetMaxNReg the producer warpgroup drops to 56 registers and the consumers rise to 224;
 // both return to kEntryRegs (168, what __launch_bounds__(384, 1) gives) before returning: the
 // consumers shrink first, then arrive on named barrier 1 (384), on which the producer warpgroup
 // waits before it re-grows (setmaxnreg is per warp on a per-CTA pool; re-growing early could
@@ -82,8 +82,12 @@ namespace detail {
 using namespace cute;
 
 inline constexpr int kEntryRegs = 168;  // 65536 / 384 rounded down to a multiple of 8
-inline constexpr int kProducerRegs = 40;
-inline constexpr int kConsumerRegs = 232;
+// The split keeps the CTA's pool: 128 x 56 + 256 x 224 = 384 x 168. The consumers' deepest region
+// uses R0..R217 (cuobjdump -sass), so 224 costs them nothing; at 40 the producer's grouped slot
+// search and counter-wait path spilled 416 bytes (fifth session: 56 leaves no spill, no stack).
+inline constexpr int kProducerRegs = 56;
+inline constexpr int kConsumerRegs = 224;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * kEntryRegs, "setmaxnreg split exceeds the CTA's pool");
 
 // Epilogue staging: each of the 8 consumer warps owns 16 rows x 64 bf16 columns (2 KB) of shared
 // memory; 16-byte chunks are XOR-swizzled by (row % 8) so the stmatrix writes and the 16-byte row
@@ -162,7 +166,8 @@ __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, in
                                                int& block) {
   constexpr int kBM = kGemmBlockM;
   // Laundered: otherwise lane * 8 + j (and their sign extensions) are hoisted out of the tile loop
-  // and, in the producer's 40 registers, spilled and reloaded from local memory every tile.
+  // and, in the producer's registers (40 until the fifth session), spilled and reloaded from local
+  // memory every tile.
   asm volatile("" : "+r"(lane_idx));
   int cnt[8];
   int local = 0;
@@ -464,7 +469,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   } else {
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
     // Everything the consumers derive from the thread index is computed here, under their
-    // 232-register budget: values computed before setmaxnreg (or hoisted to kernel entry) live in
+    // 224-register budget: values computed before setmaxnreg (or hoisted to kernel entry) live in
     // the 168-register region and were spilled, then reloaded from local memory in every tile.
     int consumer_thread = thread_idx;
     asm volatile("" : "+r"(consumer_thread));
