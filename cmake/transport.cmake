@@ -16,6 +16,7 @@ add_library(kosmos_transport STATIC
   ${_kosmos_root}/src/transport/unique_id_file.cpp
   ${_kosmos_root}/src/transport/lsa_pointers.cu
   ${_kosmos_root}/src/transport/tp_adapter.cpp
+  ${_kosmos_root}/src/transport/peer_transport.cu
 )
 target_include_directories(kosmos_transport PUBLIC ${_kosmos_root}/include PRIVATE ${_kosmos_root}/src)
 target_include_directories(kosmos_transport SYSTEM PUBLIC ${KOSMOS_NCCL_INCLUDE})
@@ -37,7 +38,7 @@ if(KOSMOS_BUILD_TESTS)
 
   # One GPU, one-rank communicator (label gpu); skips without a GPU.
   add_executable(kosmos_nccl_transport_tests ${_kosmos_root}/tests/gpu/test_nccl_transport.cpp
-                 ${_kosmos_root}/tests/gpu/test_nccl_tp.cpp)
+                 ${_kosmos_root}/tests/gpu/test_nccl_tp.cpp ${_kosmos_root}/tests/gpu/test_peer_transport.cpp)
   target_include_directories(kosmos_nccl_transport_tests PRIVATE ${_kosmos_root}/src ${_kosmos_root}/tests)
   target_link_libraries(kosmos_nccl_transport_tests PRIVATE kosmos_transport_test_kernels GTest::gtest_main)
   target_compile_options(kosmos_nccl_transport_tests PRIVATE ${KOSMOS_CXX_FLAGS})

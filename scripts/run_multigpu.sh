@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the multi-GPU transport tests (label multigpu) in both launch modes:
-#   1. one process driving all visible GPUs   (SingleProcess.Ring2/4/8; each skips when fewer GPUs)
+#   1. one process driving all visible GPUs   (SingleProcess.Ring2/4/8 over NCCL; SingleProcess.PeerTransport*
+#      over plain CUDA peer access, every visible GPU up to 8; each skips when fewer GPUs)
 #   2. one process per GPU via RANK / WORLD_SIZE / LOCAL_RANK / KOSMOS_NCCL_ID_FILE, for W = 2, 4, 8
 #      up to the number of visible GPUs (EnvLaunch.Ring, then the fused TP ops: TpMultiGpu.*)
 # Usage: scripts/run_multigpu.sh [BUILD_DIR]   (default: build; the binary is BUILD_DIR/kosmos_multigpu_tests)

@@ -142,8 +142,48 @@ class NcclTransport {
 #include "kosmos/tp.h"
 
 namespace kosmos::transport {
+// One process, several GPUs of one node, plain CUDA peer access (no NCCL): rank i drives
+// devices[i]. Symmetric buffers are cudaMalloc'd (zeroed) on every device, and peers[r] is rank r's
+// device pointer, addressable from every other device once peer access is enabled (UVA); the
+// kernels signal at .sys scope, as over NCCL. Usage, per rank: cudaSetDevice(t.device()), then
+// plan_distributed(cfg, make_distributed(t), ...), and run() with a stream of that device. One
+// thread may drive all ranks (a loop of run() calls: nothing blocks the host) or one thread each.
+// Every rank must call alloc_symmetric with the same sizes in the same order: the first rank to make
+// its k-th call allocates buffer k on every device, the others get the same pointers.
+// barrier(stream) enqueues a one-thread kernel that adds 1 to every rank's barrier counter
+// (red.release.sys) once the stream's earlier work is done, and spins until its own counter holds
+// world x (its barrier count): so a run after the barrier starts only when every rank has finished
+// what it enqueued before its own barrier. It stops waiting after timeout_s (then the op's watchdog
+// names the missing peer).
+class PeerTransport {
+ public:
+  // Errors (nothing allocated): no devices, an invalid or repeated device id (one rank per GPU;
+  // virtual ranks on one GPU need no transport), or a pair of devices without peer access.
+  static Status create(const std::vector<int>& devices, std::vector<std::unique_ptr<PeerTransport>>* out,
+                       double barrier_timeout_s = 30.0);
+  PeerTransport(const PeerTransport&) = delete;
+  PeerTransport& operator=(const PeerTransport&) = delete;
+  ~PeerTransport();  // the buffers are freed with the last transport of the group
+
+  int rank() const { return rank_; }
+  int world() const;
+  int device() const;
+  Status alloc_symmetric(size_t bytes, SymmetricBuffer* out);
+  Status barrier(cudaStream_t stream);
+
+ private:
+  struct Group;
+  PeerTransport(std::shared_ptr<Group> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  std::shared_ptr<Group> group_;
+  int rank_ = 0;
+  size_t allocs_ = 0;        // alloc_symmetric calls made by this rank
+  uint64_t generation_ = 0;  // barrier calls made by this rank
+};
+
 // Adapter: lets TpLayer / MoeLayer ::plan_distributed allocate symmetric buffers and barrier
 // through `t` (which must outlive the layer; the buffers are freed when `t` is destroyed).
 DistributedContext make_distributed(NcclTransport& t);
+DistributedContext make_distributed(PeerTransport& t);
 inline TpDistributed make_tp_distributed(NcclTransport& t) { return make_distributed(t); }
+inline TpDistributed make_tp_distributed(PeerTransport& t) { return make_distributed(t); }
 }  // namespace kosmos::transport

@@ -6,6 +6,7 @@
 
 #include "../moe_check.h"
 #include "gpu_skip.h"
+#include "one_rank_checks.h"
 #include "../tp_check.h"
 #include "kosmos/runtime.h"
 #include "kosmos/transport.h"
@@ -28,25 +29,7 @@ TEST(NcclTp, OneRankCommunicatorEveryOp) {
   std::unique_ptr<transport::NcclTransport> t;
   Status s = one_rank_transport(&t);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  const TpDistributed dist = transport::make_tp_distributed(*t);
-  for (TpOp op : {TpOp::kAgGemm, TpOp::kGemmRs, TpOp::kGemmAr, TpOp::kColParallelBwd, TpOp::kRowParallelBwd}) {
-    TpConfig c;
-    c.op = op;
-    c.world = 1;
-    c.m = 1000;
-    c.n = 264;
-    c.k = 520;
-    std::unique_ptr<TpLayer> L;
-    s = TpLayer::plan_distributed(c, dist, &L);
-    ASSERT_TRUE(s.is_ok()) << to_string(op) << ": " << s.to_string();
-    TpHost h{c};
-    fill_inputs(*L, h, 4242, 0);
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(L->run(nullptr).is_ok());
-    s = L->finish(nullptr);
-    ASSERT_TRUE(s.is_ok()) << to_string(op) << ": " << s.to_string();
-    read_outputs(*L, h, 0);
-    EXPECT_EQ(check_tp(h, 1e-2, 0), "") << to_string(op);
-  }
+  expect_every_tp_op_one_rank(transport::make_tp_distributed(*t), 4242);
 }
 
 TEST(NcclMoe, OneRankCommunicatorForward) {
@@ -54,16 +37,7 @@ TEST(NcclMoe, OneRankCommunicatorForward) {
   std::unique_ptr<transport::NcclTransport> t;
   Status s = one_rank_transport(&t);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  MoeConfig c = moe_config(1, 100, 256, 128, 16, 4, false);
-  std::unique_ptr<MoeLayer> L;
-  s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  MoeHost h{c};
-  fill_moe(*L, h, 99, Routing::kSkewed, 0);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_composition(true).is_ok());
-  s = L->finish();
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  EXPECT_EQ(check_moe(*L, h, 1e-2, 0), "");
+  expect_moe_forward_one_rank(transport::make_distributed(*t), 99);
 }
 
 // The backward over a one-rank communicator (symmetric windows, the NCCL barrier before each launch):

@@ -4,7 +4,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "../moe_check.h"
 #include "../tp_check.h"
@@ -36,6 +39,18 @@ std::unique_ptr<transport::NcclTransport> env_transport(std::string* why) {
   }
   return t;
 }
+
+// Every multi-GPU TP test's shapes: M, N, K multiples of W with ragged 128-row blocks.
+TpConfig multigpu_tp_config(TpOp op, int W) {
+  TpConfig c;
+  c.op = op;
+  c.world = W;
+  c.m = 96 * W * 4;
+  c.n = 64 * W;
+  c.k = 48 * W;
+  c.watchdog_seconds = 20;
+  return c;
+}
 }  // namespace
 
 TEST(TpMultiGpu, EveryOpAcrossRanks) {
@@ -46,13 +61,7 @@ TEST(TpMultiGpu, EveryOpAcrossRanks) {
   const int W = t->world(), rank = t->rank();
   const TpDistributed dist = transport::make_tp_distributed(*t);
   for (TpOp op : {TpOp::kAgGemm, TpOp::kGemmRs, TpOp::kGemmAr, TpOp::kColParallelBwd, TpOp::kRowParallelBwd}) {
-    TpConfig c;
-    c.op = op;
-    c.world = W;
-    c.m = 96 * W * 4;
-    c.n = 64 * W;
-    c.k = 48 * W;
-    c.watchdog_seconds = 20;
+    const TpConfig c = multigpu_tp_config(op, W);
     std::unique_ptr<TpLayer> L;
     s = TpLayer::plan_distributed(c, dist, &L);
     ASSERT_TRUE(s.is_ok()) << to_string(op) << ": " << s.to_string();
@@ -110,4 +119,85 @@ TEST(TpMultiGpu, MoeBackwardAcrossRanks) {
   ASSERT_TRUE(s.is_ok()) << "rank " << rank << ": " << s.to_string();
   EXPECT_EQ(check_moe_backward(*L, h, 2e-2, rank), "") << "rank " << rank;
   ASSERT_TRUE(t->barrier(nullptr).is_ok());
+}
+
+// One process driving every visible GPU (up to 8) through the peer transport (plain CUDA peer
+// access, no NCCL): each rank's layer is planned and run with its device current, all ranks' runs
+// enqueued from this one thread (nothing in run() blocks the host), then each rank checked
+// against fp64. Runs in scripts/run_multigpu.sh's single-process mode; skips below 2 GPUs.
+namespace {
+// A peer-transport group over every visible GPU (up to 8); "" or the reason to skip.
+std::string peer_group(std::vector<int>* devices, std::vector<std::unique_ptr<transport::PeerTransport>>* ts) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  if (n < 2) return "needs 2 GPUs, " + std::to_string(n) + " visible";
+  for (int i = 0; i < std::min(n, 8); ++i) devices->push_back(i);
+  Status s = transport::PeerTransport::create(*devices, ts);
+  if (s.code() == StatusCode::kUnavailable) return s.message();
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  return s.is_ok() ? "" : "transport failed";
+}
+
+// Runs `body(r)` for every rank with its device current, `reps` times over all ranks (one thread
+// enqueues every rank's run: nothing in run() blocks the host).
+template <class Body>
+void for_every_rank(const std::vector<int>& devices, int reps, Body&& body) {
+  for (int i = 0; i < reps; ++i)
+    for (size_t r = 0; r < devices.size(); ++r) {
+      ASSERT_EQ(cudaSetDevice(devices[r]), cudaSuccess);
+      body(int(r));
+    }
+}
+}  // namespace
+
+TEST(SingleProcess, PeerTransportEveryTpOp) {
+  std::vector<int> devices;
+  std::vector<std::unique_ptr<transport::PeerTransport>> ts;
+  const std::string why = peer_group(&devices, &ts);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const int W = int(devices.size());
+  for (TpOp op : {TpOp::kAgGemm, TpOp::kGemmRs, TpOp::kGemmAr, TpOp::kColParallelBwd, TpOp::kRowParallelBwd}) {
+    const TpConfig c = multigpu_tp_config(op, W);
+    std::vector<TpDistributed> dist;
+    for (auto& t : ts) dist.push_back(transport::make_tp_distributed(*t));
+    std::vector<std::unique_ptr<TpLayer>> L(W);
+    std::vector<TpHost> h(W, TpHost{c});
+    for_every_rank(devices, 1, [&](int r) {
+      Status s = TpLayer::plan_distributed(c, dist[r], &L[r]);
+      ASSERT_TRUE(s.is_ok()) << to_string(op) << " rank " << r << ": " << s.to_string();
+      fill_inputs(*L[r], h[r], 9100, r);
+    });
+    for_every_rank(devices, 3, [&](int r) { ASSERT_TRUE(L[r]->run(nullptr).is_ok()); });
+    for_every_rank(devices, 1, [&](int r) {
+      Status s = L[r]->finish(nullptr);
+      ASSERT_TRUE(s.is_ok()) << to_string(op) << " rank " << r << ": " << s.to_string();
+      read_outputs(*L[r], h[r], r);
+      EXPECT_EQ(check_tp(h[r], 1e-2, r), "") << to_string(op) << " rank " << r;
+    });
+  }
+}
+
+TEST(SingleProcess, PeerTransportMoeForward) {
+  std::vector<int> devices;
+  std::vector<std::unique_ptr<transport::PeerTransport>> ts;
+  const std::string why = peer_group(&devices, &ts);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const int W = int(devices.size());
+  MoeConfig c = moe_config(W, 200, 256, 128, 4 * W, 4, false);
+  c.watchdog_seconds = 20;
+  std::vector<DistributedContext> dist;
+  for (auto& t : ts) dist.push_back(transport::make_distributed(*t));
+  std::vector<std::unique_ptr<MoeLayer>> L(W);
+  std::vector<MoeHost> h(W, MoeHost{c});
+  for_every_rank(devices, 1, [&](int r) {
+    Status s = MoeLayer::plan_distributed(c, dist[r], &L[r]);
+    ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.to_string();
+    fill_moe(*L[r], h[r], 79, Routing::kSkewed, r);
+  });
+  for_every_rank(devices, 3, [&](int r) { ASSERT_TRUE(L[r]->run_composition(true).is_ok()); });
+  for_every_rank(devices, 1, [&](int r) {
+    Status s = L[r]->finish();
+    ASSERT_TRUE(s.is_ok()) << "rank " << r << ": " << s.to_string();
+    EXPECT_EQ(check_moe(*L[r], h[r], 1e-2, r), "") << "rank " << r;
+  });
 }
