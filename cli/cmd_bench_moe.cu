@@ -521,7 +521,7 @@ void add_bench_moe(CLI::App& bench) {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing;
     int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, dx_lag = 0;
     int64_t tokens = 4096;
-    bool backward = false, skip_cublas = false;
+    bool backward = false, skip_cublas = false, phase_times = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "deepseek-v3 (H 7168, I 2048, 32 experts per rank) | qwen3-235b (H 4096, I 1536, E 128)")
@@ -546,6 +546,9 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--dx-lag", o->dx_lag,
                   "Backward claim order: queue a run's dX tiles this many steps after its swiglu_backward (0: chosen)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--phase-times", o->phase_times,
+                "Also time each launch of the unfused composition alone (median of --reps), to see which phase the "
+                "fused launch gains or loses");
   cmd->add_flag("--skip-cublas", o->skip_cublas, "Forward: leave out the cuBLAS grouped-GEMM pipeline (saves its memory)");
   cmd->callback([o] {
     const MoeModel md = kMoeModels.at(o->model);
@@ -683,6 +686,30 @@ void add_bench_moe(CLI::App& bench) {
                                                         " (virtual ranks, one H200)",
                                                 "", o->trace_svg));
     };
+    // --phase-times: each launch of the unfused composition alone, median of --reps (inputs are
+    // what the full runs before left in the buffers; every phase reads and writes the same bytes
+    // each time), as [{phase, ms}] for the JSON; print_phases adds a line under the table.
+    auto time_phases = [&](bool backward) {
+      nlohmann::json out = nlohmann::json::array();
+      const std::vector<std::string>& names = L->phase_names(backward);
+      for (size_t i = 0; i < names.size(); ++i) {
+        double ms = 0;
+        throw_if_error(time_median_ms(s, o->reps, [&] { return L->run_phase(i, backward, s); }, &ms));
+        throw_if_error(L->finish(s));
+        out.push_back({{"phase", names[i]}, {"ms", ms}});
+      }
+      return out;
+    };
+    auto print_phases = [&](const nlohmann::json& phases) {
+      if (phases.is_null()) return;
+      double sum = 0;
+      std::printf("  unfused, each launch alone (median of %d):", o->reps);
+      for (const auto& p : phases) {
+        std::printf(" %s %.3f;", p["phase"].get<std::string>().c_str(), p["ms"].get<double>());
+        sum += p["ms"].get<double>();
+      }
+      std::printf(" sum %.3f ms\n", sum);
+    };
     if (o->backward) {
       std::fprintf(stderr, "[bench moe] backward: verifying...\n");
       auto poison_grads = [&] {
@@ -740,6 +767,7 @@ void add_bench_moe(CLI::App& bench) {
       throw_if_error(L->finish(s));
       throw_if_error(time_median_ms(s, o->reps, [&] { return L->run_backward_composition(false, s); }, &t_unfused));
       throw_if_error(L->finish(s));
+      const nlohmann::json phases = o->phase_times ? time_phases(true) : nlohmann::json();
       const double rows = double(W) * T * k;
       const double gemm1 = 2.0 * rows * double(H) * 2 * I, gemm2 = 2.0 * rows * double(I) * H;
       const double flops = 2.0 * (gemm1 + gemm2) + gemm1;  // dX + dGU, dA' + dD, recomputed h1
@@ -755,6 +783,7 @@ void add_bench_moe(CLI::App& bench) {
       std::printf("  bitwise fused==unfused (dx, d_weights, dGateUp, dDown of every rank): %s; rel.err of dx, d_weights vs "
                   "fp64 (3 tokens of rank 0) %.2e\n",
                   bitwise ? "yes" : "no", rel);
+      print_phases(phases);
       if (!o->trace_svg.empty()) trace_one_run(true);
       if (!o->json.empty()) {
         nlohmann::json j = result_json("moe_backward", t_fused, t_unfused);
@@ -764,6 +793,7 @@ void add_bench_moe(CLI::App& bench) {
         j["bitwise_fused_eq_unfused"] = bitwise;
         j["rel_err_vs_fp64"] = rel;
         j["trace_enabled"] = cfg.trace;
+        if (o->phase_times) j["unfused_phase_ms"] = phases;
         throw_if_error(write_json(o->json, j));
       }
       cudaStreamDestroy(s);
@@ -813,6 +843,7 @@ void add_bench_moe(CLI::App& bench) {
     throw_if_error(L->finish(s));
     throw_if_error(time_median_ms(s, o->reps, [&] { return L->run_composition(false, s); }, &t_unfused));
     throw_if_error(L->finish(s));
+    const nlohmann::json phases = o->phase_times ? time_phases(false) : nlohmann::json();
     // Third variant: the unfused pipeline from standard pieces (cuBLAS grouped GEMMs), verified
     // against the fused output (relative Frobenius error over every rank's y), then timed.
     double t_cublas = 0, rel_cublas = 0;
@@ -865,6 +896,7 @@ void add_bench_moe(CLI::App& bench) {
     if (!o->skip_cublas)
       std::printf("  cuBLAS grouped pipeline: %s; rel.err vs fused (y of every rank) %.2e; fused speedup over it %.3fx\n",
                   cublas_desc.c_str(), rel_cublas, t_cublas / t_fused);
+    print_phases(phases);
     if (!o->trace_svg.empty()) trace_one_run(false);
     if (!o->json.empty()) {
       nlohmann::json j = result_json("moe", t_fused, t_unfused);
@@ -876,6 +908,7 @@ void add_bench_moe(CLI::App& bench) {
       j["bitwise_fused_eq_unfused"] = bitwise;
       j["rel_err_vs_fp64"] = rel;
       j["trace_enabled"] = cfg.trace;
+      if (o->phase_times) j["unfused_phase_ms"] = phases;
       if (!o->skip_cublas) {
         j["cublas_grouped_ms"] = t_cublas;
         j["cublas_grouped_tflops"] = flops / (t_cublas * 1e-3) / 1e12;

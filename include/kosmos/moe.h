@@ -124,6 +124,10 @@ class MoeLayer {
   const std::vector<std::string>& task_labels(bool backward = false) const;
   size_t num_tasks(bool fused = true) const;
   size_t num_backward_tasks(bool fused = true) const;  // 0 without cfg.backward
+  // The unfused composition one launch at a time (per-phase timing): run_phase(i) for i in order
+  // over all phases is run_composition(false) (run_backward_composition(false) with backward).
+  const std::vector<std::string>& phase_names(bool backward = false) const;
+  Status run_phase(size_t i, bool backward = false, cudaStream_t stream = nullptr);
   std::string describe() const;
   const MoeConfig& config() const;
 

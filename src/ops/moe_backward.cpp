@@ -48,6 +48,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   DirectionPlan& dp = *out;
   dp.name = "moe_backward";
   dp.num_phases = kNumPhases;
+  dp.phase_names = {"route", "offsets", "dispatch", "H1 + dA'", "swiglu_backward", "dX + dDown + dGateUp", "combine"};
 
   uint32_t c_next = 0;
   const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_ew_all = c_next++,

@@ -177,6 +177,7 @@ struct MoeLayer::Impl {
   std::vector<std::unique_ptr<ops::OpRunner>> backward_unfused;  // one per phase
   size_t backward_tasks_fused = 0, backward_tasks_unfused = 0;
   std::vector<std::string> labels, backward_labels;  // per fused task: kind, or "gemm <problem>"
+  std::vector<std::string> phase_names, backward_phase_names;  // per unfused launch
   std::string summary;
 };
 
@@ -428,14 +429,17 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   fwd.problem_names = std::move(problem_names);
   fwd.num_counters = c_next;
   fwd.num_phases = kNumPhases;
+  fwd.phase_names = {"route", "offsets", "dispatch", "GEMM1 gate_up+SwiGLU", "GEMM2 down", "combine"};
   KOSMOS_RETURN_IF_ERROR(
       make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused, &impl->tasks_unfused, &impl->labels));
+  impl->phase_names = fwd.phase_names;
   std::string backward_summary;
   if (cfg.backward) {
     ops::moe::DirectionPlan bwd;
     KOSMOS_RETURN_IF_ERROR(ops::moe::plan_backward(cfg, impl->mem, ctas, &bwd));
     KOSMOS_RETURN_IF_ERROR(make_runners(bwd, cfg, dist, impl->mem, &impl->backward_fused, &impl->backward_unfused,
                                         &impl->backward_tasks_fused, &impl->backward_tasks_unfused, &impl->backward_labels));
+    impl->backward_phase_names = bwd.phase_names;
     backward_summary = "; " + bwd.summary;
   }
   size_t kinds[32] = {};
@@ -484,6 +488,18 @@ Status MoeLayer::run_backward_composition(bool fused, cudaStream_t stream) {
   if (fused) return launch(*impl_->backward_fused);
   for (auto& r : impl_->backward_unfused) KOSMOS_RETURN_IF_ERROR(launch(*r));
   return Status::ok();
+}
+
+const std::vector<std::string>& MoeLayer::phase_names(bool backward) const {
+  return backward ? impl_->backward_phase_names : impl_->phase_names;
+}
+
+Status MoeLayer::run_phase(size_t i, bool backward, cudaStream_t stream) {
+  KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::run_phase: the layer was planned without MoeConfig::backward = true");
+  auto& runners = backward ? impl_->backward_unfused : impl_->unfused;
+  KOSMOS_CHECK(i < runners.size(), "MoeLayer::run_phase: phase ", i, " out of range (", runners.size(), " phases)");
+  if (impl_->distributed) KOSMOS_RETURN_IF_ERROR(impl_->dist.barrier(stream));
+  return runners[i]->run(stream);
 }
 
 Status MoeLayer::finish(cudaStream_t stream) {

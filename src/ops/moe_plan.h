@@ -33,6 +33,7 @@ struct DirectionPlan {
   std::vector<std::string> problem_names;  // per entry of problems (trace breakdowns)
   uint32_t num_counters = 0;
   int num_phases = 0;
+  std::vector<std::string> phase_names;  // per phase: the launches of the unfused composition
   std::string summary;
 };
 

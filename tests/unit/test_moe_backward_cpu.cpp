@@ -65,6 +65,23 @@ TEST(MoeBackwardCpuShapes, TailsManyRowsAndWideLayers) {
   run_backward(1, 1, 1, 1, Routing::kUniform, 64, 64);      // one token, one expert
 }
 
+TEST(MoeBackwardCpuShapes, PhaseByPhaseIsTheUnfusedComposition) {
+  MoeConfig c = moe_config(2, 37, 128, 64, 16, 4, true);
+  c.backward = true;
+  std::unique_ptr<MoeLayer> L;
+  ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+  MoeHost h{c};
+  fill_moe_backward(*L, h, 2718, Routing::kSkewed);
+  ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+  std::vector<MoeGradsOut> fused(2);
+  for (int r = 0; r < 2; ++r) fused[r] = read_grads(*L, r);
+  poison_backward(*L);
+  const std::vector<std::string>& names = L->phase_names(true);
+  ASSERT_EQ(names.size(), 7u);
+  for (size_t i = 0; i < names.size(); ++i) ASSERT_TRUE(L->run_phase(i, true).is_ok()) << names[i];
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(read_grads(*L, r) == fused[r]) << "rank " << r;
+}
+
 TEST(MoeBackwardCpuShapes, DxLagOnlyReordersTasks) {
   // dX right after its swiglu_backward, and every dX after every swiglu_backward: same gradients.
   run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1);

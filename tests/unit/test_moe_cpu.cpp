@@ -76,6 +76,29 @@ TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
   run_moe(4, 64, 8, 8, Routing::kSkewedWithDrops, 64, 32, 0, 0, 0, {16, 2, 2});
 }
 
+TEST(MoeCpu, PhaseByPhaseIsTheUnfusedComposition) {
+  // run_phase over every phase in order (the bench's --phase-times) computes what the fused launch
+  // does; an index past the last phase is an error that names the count.
+  MoeConfig c = moe_config(2, 40, 64, 32, 8, 4, true);
+  std::unique_ptr<MoeLayer> L;
+  ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+  MoeHost h{c};
+  fill_moe(*L, h, 4711, Routing::kSkewed);
+  ASSERT_TRUE(L->run_composition(true).is_ok());
+  std::vector<std::vector<uint16_t>> fused(2);
+  for (int r = 0; r < 2; ++r) fused[r] = read_y(*L, r);
+  poison(*L);
+  const std::vector<std::string>& names = L->phase_names();
+  ASSERT_EQ(names.size(), 6u);
+  EXPECT_EQ(names.front(), "route");
+  EXPECT_EQ(names.back(), "combine");
+  for (size_t i = 0; i < names.size(); ++i) ASSERT_TRUE(L->run_phase(i).is_ok()) << names[i];
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(read_y(*L, r) == fused[r]) << "rank " << r;
+  const Status s = L->run_phase(names.size());
+  EXPECT_NE(s.message().find("phase 6 out of range (6 phases)"), std::string::npos) << s.message();
+  EXPECT_NE(L->run_phase(0, true).message().find("without MoeConfig::backward"), std::string::npos);
+}
+
 TEST(MoeCpu, InterleaveHelperMatchesTheEngineLayout) {
   const int64_t H = 3, I = 16;
   std::vector<uint16_t> plain(H * 2 * I), inter(H * 2 * I);
