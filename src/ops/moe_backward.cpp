@@ -47,8 +47,8 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   const int64_t rows = backward_rows(cfg);
   DirectionPlan& dp = *out;
   dp.name = "moe_backward";
-  dp.num_phases = kNumPhases;
   dp.phase_names = {"route", "offsets", "dispatch", "H1 + dA'", "swiglu_backward", "dX + dDown + dGateUp", "combine"};
+  static_assert(kNumPhases == 7, "one name per phase");
 
   uint32_t c_next = 0;
   const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_ew_all = c_next++,
@@ -186,16 +186,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   // was idle, and it ran 14 % slower than the unfused composition.)
   const int64_t g1_tiles_per_run = int64_t(W) * (pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles);
   const int64_t tasks_per_step = g1_tiles_per_run + int64_t(W) * (1 + pp[kDX].num_n_tiles);
-  const uint32_t lag = std::max<uint32_t>(1, uint32_t((2 * ctas + g1_tiles_per_run - 1) / g1_tiles_per_run));
+  const uint32_t lag = two_waves_of_steps(ctas, g1_tiles_per_run);
   // dX after swiglu_backward: about two waves later in the decode regime (an expert gets at most
   // one 128-row block under uniform routing); otherwise after every H1 / dA' tile, as the forward
   // queues GEMM2 after GEMM1: interleaved, dX's operands competed with H1's and dA''s for the L2
   // (H200, fifth session, T = 4096 backward: Qwen3 proxy 9.71 -> 8.42 ms, DeepSeek-V3 proxy
   // 17.38 -> 16.50 ms).
-  const bool decode = ops::moe::decode_regime(cfg);
-  const uint32_t lag_dx = cfg.backward_dx_lag > 0 ? std::min<uint32_t>(uint32_t(cfg.backward_dx_lag), num_runs)
-                          : decode ? std::max<uint32_t>(1, uint32_t((2 * ctas + tasks_per_step - 1) / tasks_per_step))
-                                   : num_runs;
+  const uint32_t lag_dx = consumer_lag(cfg.backward_dx_lag, decode_regime(cfg), ctas, tasks_per_step, num_runs);
   for (uint32_t ri = 0; ri < num_runs + lag + lag_dx; ++ri) {
     if (ri < num_runs)
       for (uint32_t d = 0; d < W; ++d) gemm1(d, ri);

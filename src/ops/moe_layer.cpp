@@ -182,6 +182,15 @@ struct MoeLayer::Impl {
 };
 
 namespace {
+// One launch of the layer; distributed: it starts after all ranks finished the previous one (the
+// transport's epoch barrier).
+Status launch(const DistributedContext* dist, ops::OpRunner& runner, cudaStream_t stream) {
+  if (dist) KOSMOS_RETURN_IF_ERROR(dist->barrier(stream));
+  return runner.run(stream);
+}
+}  // namespace
+
+namespace {
 
 // The fused runner (every wait and signal: one launch) and the unfused composition (one runner
 // per phase, no counters, GEMM wait rules cleared) of one direction, bound to the layer's buffers.
@@ -237,7 +246,7 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
   *tasks_fused = pf.tasks.size();
   KOSMOS_RETURN_IF_ERROR(make_runner(pf, true, fused));
   *tasks_unfused = 0;
-  for (int ph = 0; ph < dp.num_phases; ++ph) {
+  for (int ph = 0; ph < int(dp.phase_names.size()); ++ph) {
     plan::Plan pp;
     KOSMOS_RETURN_IF_ERROR(build(ph, &pp));
     *tasks_unfused += pp.tasks.size();
@@ -343,9 +352,11 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // start as soon as the first GEMM1 runs are done (H200, fifth session, W = 1, T = 128: DeepSeek-V3
   // proxy 0.829 -> 0.767 ms, Qwen3 proxy 1.348 -> 1.235 ms, against runs of 5 / 13 for GEMM1).
   const bool decode = ops::moe::decode_regime(cfg);
-  const uint32_t run = cfg.gemm1_run > 0 ? uint32_t(cfg.gemm1_run)
-                       : decode          ? 1u
-                                         : ops::choose_run_length(est_tiles, p1.num_n_tiles, std::max(1, ctas / int(W)));
+  auto run_length = [&](int override_run, int n_tiles) -> uint32_t {
+    if (override_run > 0) return uint32_t(override_run);
+    return decode ? 1u : ops::choose_run_length(est_tiles, n_tiles, std::max(1, ctas / int(W)));
+  };
+  const uint32_t run = run_length(cfg.gemm1_run, p1.num_n_tiles);
   const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles);
   const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
@@ -374,9 +385,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // GEMM2 has its own run length (its n tiles differ from GEMM1's: with GEMM1's runs, Qwen3 T = 128
   // cut GEMM2 into 176 tasks, 1.33 waves on 132 SMs, and the second wave ran on a third of them).
   // A GEMM2 run waits for every GEMM1 run its slots overlap.
-  const uint32_t run2 = cfg.gemm2_run > 0 ? uint32_t(cfg.gemm2_run)
-                        : decode          ? 1u
-                                          : ops::choose_run_length(est_tiles, p2.num_n_tiles, std::max(1, ctas / int(W)));
+  const uint32_t run2 = run_length(cfg.gemm2_run, p2.num_n_tiles);
   const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles);
   const uint32_t num_runs2 = runs2.size();
   auto gemm2 = [&](uint32_t d, uint32_t r2) {
@@ -396,10 +405,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // operands compete for the L2 (H200, fifth session, DeepSeek-V3 proxy T = 4096: 5.99 ms
   // interleaved at two waves, 6.45 at lag 4, 5.14 ms phase after phase; Qwen3 proxy 3.38 / 3.40).
   // The overlap left is at the boundary: GEMM2's first runs start while GEMM1's last tiles run.
-  const uint32_t lag = cfg.gemm2_lag > 0 ? std::min<uint32_t>(uint32_t(cfg.gemm2_lag), num_runs)
-                       : decode ? std::max<uint32_t>(1, uint32_t((2 * ctas + int64_t(W) * p1.num_n_tiles - 1) /
-                                                               (int64_t(W) * p1.num_n_tiles)))
-                                : num_runs;
+  const uint32_t lag = ops::moe::consumer_lag(cfg.gemm2_lag, decode, ctas, int64_t(W) * p1.num_n_tiles, num_runs);
   uint32_t next2 = 0;
   for (uint32_t ri = 0; ri < num_runs + lag; ++ri) {
     if (ri < num_runs)
@@ -428,8 +434,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   fwd.problems = std::move(problems);
   fwd.problem_names = std::move(problem_names);
   fwd.num_counters = c_next;
-  fwd.num_phases = kNumPhases;
   fwd.phase_names = {"route", "offsets", "dispatch", "GEMM1 gate_up+SwiGLU", "GEMM2 down", "combine"};
+  static_assert(kNumPhases == 6, "one name per phase");
   KOSMOS_RETURN_IF_ERROR(
       make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused, &impl->tasks_unfused, &impl->labels));
   impl->phase_names = fwd.phase_names;
@@ -466,13 +472,8 @@ const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
 Status MoeLayer::run(cudaStream_t stream) { return run_composition(impl_->cfg.fused, stream); }
 
 Status MoeLayer::run_composition(bool fused, cudaStream_t stream) {
-  // Distributed: every launch starts after all ranks finished the previous one (epoch barrier).
-  auto launch = [&](ops::OpRunner& r) -> Status {
-    if (impl_->distributed) KOSMOS_RETURN_IF_ERROR(impl_->dist.barrier(stream));
-    return r.run(stream);
-  };
-  if (fused) return launch(*impl_->fused);
-  for (auto& r : impl_->unfused) KOSMOS_RETURN_IF_ERROR(launch(*r));
+  if (fused) return launch(impl_->distributed ? &impl_->dist : nullptr, *impl_->fused, stream);
+  for (size_t i = 0; i < impl_->unfused.size(); ++i) KOSMOS_RETURN_IF_ERROR(run_phase(i, false, stream));
   return Status::ok();
 }
 
@@ -481,12 +482,8 @@ Status MoeLayer::run_backward(cudaStream_t stream) { return run_backward_composi
 Status MoeLayer::run_backward_composition(bool fused, cudaStream_t stream) {
   KOSMOS_CHECK(impl_->backward_fused != nullptr, "MoeLayer::run_backward: the layer was planned without "
                                                  "MoeConfig::backward = true");
-  auto launch = [&](ops::OpRunner& r) -> Status {
-    if (impl_->distributed) KOSMOS_RETURN_IF_ERROR(impl_->dist.barrier(stream));
-    return r.run(stream);
-  };
-  if (fused) return launch(*impl_->backward_fused);
-  for (auto& r : impl_->backward_unfused) KOSMOS_RETURN_IF_ERROR(launch(*r));
+  if (fused) return launch(impl_->distributed ? &impl_->dist : nullptr, *impl_->backward_fused, stream);
+  for (size_t i = 0; i < impl_->backward_unfused.size(); ++i) KOSMOS_RETURN_IF_ERROR(run_phase(i, true, stream));
   return Status::ok();
 }
 
@@ -498,8 +495,7 @@ Status MoeLayer::run_phase(size_t i, bool backward, cudaStream_t stream) {
   KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::run_phase: the layer was planned without MoeConfig::backward = true");
   auto& runners = backward ? impl_->backward_unfused : impl_->unfused;
   KOSMOS_CHECK(i < runners.size(), "MoeLayer::run_phase: phase ", i, " out of range (", runners.size(), " phases)");
-  if (impl_->distributed) KOSMOS_RETURN_IF_ERROR(impl_->dist.barrier(stream));
-  return runners[i]->run(stream);
+  return launch(impl_->distributed ? &impl_->dist : nullptr, *runners[i], stream);
 }
 
 Status MoeLayer::finish(cudaStream_t stream) {

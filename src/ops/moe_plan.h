@@ -32,8 +32,7 @@ struct DirectionPlan {
   std::vector<GemmProblemSpec> problems;
   std::vector<std::string> problem_names;  // per entry of problems (trace breakdowns)
   uint32_t num_counters = 0;
-  int num_phases = 0;
-  std::vector<std::string> phase_names;  // per phase: the launches of the unfused composition
+  std::vector<std::string> phase_names;  // per phase (task phase index): the unfused composition's launches
   std::string summary;
 };
 
@@ -143,6 +142,19 @@ inline SlotRuns make_slot_runs(uint32_t slots, uint32_t run, int64_t expected_sl
 // weight streams overlap); otherwise each consumer GEMM goes after all of its producer's tiles.
 inline bool decode_regime(const MoeConfig& cfg) {
   return int64_t(cfg.tokens) * cfg.top_k * cfg.world <= int64_t(kernels::gemm::kGemmBlockM) * cfg.num_experts;
+}
+
+// Steps (of `tasks_per_step` tasks each) that make about two waves of `ctas` CTAs: how far a
+// consumer is queued behind its producer so that a CTA claiming it rarely finds its input unfinished.
+inline uint32_t two_waves_of_steps(int64_t ctas, int64_t tasks_per_step) {
+  return std::max<uint32_t>(1, uint32_t((2 * ctas + tasks_per_step - 1) / tasks_per_step));
+}
+
+// A consumer GEMM's lag behind its producer, in steps: the override when set (capped at the step
+// count), two waves in the decode regime, otherwise every step (all producer tiles first).
+inline uint32_t consumer_lag(int override_steps, bool decode, int64_t ctas, int64_t tasks_per_step, uint32_t steps) {
+  if (override_steps > 0) return std::min<uint32_t>(uint32_t(override_steps), steps);
+  return decode ? two_waves_of_steps(ctas, tasks_per_step) : steps;
 }
 
 // The backward pass of `cfg` (cfg.backward set, validated) over the layer's buffers `mem`; `ctas`
