@@ -11,6 +11,10 @@ Subcommands (run from the repository root on the GPU machine; needs torch with C
       indices: deterministic) and the sum over the k slots (one fixed-order reduction).
       x and the expert weights are random bf16 (their values need not match kosmos's).
       W = 1 only (all experts on this GPU).
+      --backward also times the autograd backward of that pipeline (dx, d_weights and the expert
+      weights' gradients, from a random dy; torch keeps the forward's activations, while kosmos's
+      backward recomputes H1) and the forward + backward step, after checking dx of a few tokens
+      against an fp32 autograd reference.
 
   grouped-gemm (--sizes PATH | --deepseek) --json OUT
       torch._grouped_mm on issue 3's grouped case (32 local experts of the DeepSeek-V3 proxy:
@@ -176,7 +180,7 @@ def cmd_moe(args):
     dn, dn_layout = grouped_b(torch, probe2, dn, offs0)
     del probe1, probe2
 
-    def forward():
+    def forward(x=x, gu=gu, dn=dn, wts=wts):
         flat = ids.view(-1)
         order = torch.argsort(flat, stable=True)                    # permute: slots grouped by expert
         counts = torch.bincount(flat, minlength=E)
@@ -187,7 +191,7 @@ def cmd_moe(args):
         a = torch.nn.functional.silu(gate) * up                     # SwiGLU
         o = torch._grouped_mm(a, dn, offs=offs, out_dtype=bf)       # [rows, H]
         o = o * wts.view(-1).index_select(0, order).to(bf).unsqueeze(1)  # router-weight scale
-        slots = torch.empty_like(o).index_copy_(0, order, o)        # un-permute (unique indices)
+        slots = torch.zeros_like(o).index_copy(0, order, o)         # un-permute (unique indices)
         return slots.view(T, k, H).sum(dim=1, dtype=torch.float32).to(bf)  # k slots, fixed order
 
     y = forward()
@@ -234,7 +238,65 @@ def cmd_moe(args):
           f"routing={r.get('routing')} on {res['gpu']}, torch {res['torch']}")
     print(f"  {ms:.3f} ms  {res['tflops']:.1f} TFLOP/s  ({rows} routed rows, {res['empty_experts']} empty experts; "
           f"rel.err vs fp32 reference {rel:.2e})")
+    if args.backward:
+        res.update(moe_backward(torch, args, forward, x, gu, dn, wts, ids, T, H, I, k))
+        print(f"  backward (autograd, eager) {res['backward_ms']:.3f} ms; forward + backward {res['fwd_bwd_ms']:.3f} ms "
+              f"(dx rel.err vs fp32 autograd reference {res['backward_rel_err_dx']:.2e})")
     write_json(args.json, res)
+
+
+def moe_backward(torch, args, forward, x, gu, dn, wts, ids, T, H, I, k):
+    """Autograd backward of the unfused pipeline: dx, d_weights, d_gate_up, d_down from dy."""
+    dev = x.device
+    g = torch.Generator(device=dev)
+    g.manual_seed(args.seed + 1)
+    dy = torch.randn(T, H, device=dev, dtype=torch.bfloat16, generator=g)
+
+    def leaves():
+        return [t.detach().requires_grad_(True) for t in (x, gu, dn, wts)]
+
+    lv = leaves()
+    forward(*lv).backward(dy)
+    torch.cuda.synchronize()
+    if any(t.grad is None or not bool(torch.isfinite(t.grad.float()).all()) for t in lv):
+        die("moe backward: a gradient is missing or not finite")
+    # dx of a few tokens against fp32 autograd through the same bf16 values
+    num = den = 0.0
+    for t in sorted({0, T // 2, T - 1}):
+        xt = x[t].float().clone().requires_grad_(True)
+        out = torch.zeros(H, device=dev, dtype=torch.float32)
+        for j in range(k):
+            e = int(ids[t, j])
+            h = xt @ gu[e].float()
+            out = out + float(wts[t, j]) * ((torch.nn.functional.silu(h[:I]) * h[I:]) @ dn[e].float())
+        out.backward(dy[t].float())
+        num += (lv[0].grad[t].float() - xt.grad).pow(2).sum().item()
+        den += xt.grad.pow(2).sum().item()
+    rel = math.sqrt(num / max(den, 1e-30))
+    if not rel < 3e-2:
+        die(f"moe backward dx vs fp32 autograd reference: relative error {rel:.3e}")
+    times = []
+    for i in range(args.warmup + args.reps):  # the forward runs outside the timed span
+        lv = leaves()
+        y = forward(*lv)
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        y.backward(dy)
+        e.record()
+        torch.cuda.synchronize()
+        if i >= args.warmup:
+            times.append(s.elapsed_time(e))
+    bwd_ms = statistics.median(times)
+    lv = leaves()
+    step_ms = time_ms(torch, lambda: forward(*lv).backward(dy), args.warmup, args.reps)
+    return {
+        "backward_ms": bwd_ms,
+        "fwd_bwd_ms": step_ms,
+        "backward_rel_err_dx": rel,
+        "backward_pipeline": "torch autograd through the forward above (activations saved, no recompute); "
+                             "dx, d_weights, d_gate_up, d_down",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,6 +397,7 @@ def main():
     m.add_argument("--reps", type=int, default=20)
     m.add_argument("--warmup", type=int, default=5)
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--backward", action="store_true", help="also time the autograd backward and fwd+bwd step")
     m.set_defaults(fn=cmd_moe)
     g = sub.add_parser("grouped-gemm", help="torch._grouped_mm vs dense torch.mm on issue 3's grouped case")
     src = g.add_mutually_exclusive_group(required=True)

@@ -519,7 +519,7 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing;
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, dx_lag = 0;
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, bwd_run = 0, dx_lag = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false;
   };
@@ -538,13 +538,15 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--dump-routing", o->dump_routing,
                   "Write the routing (per rank ids [T,k], weights [T,k]) and shapes as JSON here (no GPU needed)");
   cmd->add_option("--gemm2-lag", o->gemm2_lag,
-                  "Forward claim order: queue each GEMM2 run this many GEMM1 runs after its inputs (0: chosen; "
+                  "Forward claim order: queue each GEMM2 step this many GEMM1 steps after its inputs (0: chosen; "
                   "a large value: all GEMM2 after all GEMM1)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gemm1-run", o->gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen)")->check(CLI::Range(0, 16));
+  cmd->add_option("--gemm1-run", o->gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen with the claim groups; set: one run per claim group)")->check(CLI::Range(0, 16));
   cmd->add_option("--gemm2-run", o->gemm2_run, "Forward: worst-case slots per GEMM2 task (0: chosen)")->check(CLI::Range(0, 16));
+  cmd->add_option("--bwd-run", o->bwd_run, "Backward: worst-case slots per H1 / dA' / dX task (0: chosen)")
+      ->check(CLI::Range(0, 16));
   cmd->add_option("--dx-lag", o->dx_lag,
-                  "Backward claim order: queue a run's dX tiles this many steps after its swiglu_backward (0: chosen)")
+                  "Backward claim order: queue a step's dX tiles this many steps after its swiglu_backward (0: chosen)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--phase-times", o->phase_times,
                 "Also time each launch of the unfused composition alone (median of --reps), to see which phase the "
@@ -566,6 +568,7 @@ void add_bench_moe(CLI::App& bench) {
     cfg.gemm2_lag = o->gemm2_lag;
     cfg.gemm1_run = o->gemm1_run;
     cfg.gemm2_run = o->gemm2_run;
+    cfg.backward_run = o->bwd_run;
     cfg.backward_dx_lag = o->dx_lag;
     const int W = cfg.world, E = cfg.num_experts, k = cfg.top_k;
     const int64_t T = cfg.tokens, H = cfg.hidden, I = cfg.intermediate;

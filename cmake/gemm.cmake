@@ -45,5 +45,13 @@ target_include_directories(gemm_probe PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
 target_compile_options(gemm_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
 target_link_libraries(gemm_probe PRIVATE kosmos kosmos_gemm CUDA::cublas)
 set_target_properties(gemm_probe PROPERTIES CUDA_ARCHITECTURES 90a)
-# Built on request only (`cmake --build build --target gemm_probe`): a diagnostic, not a deliverable.
-set_target_properties(kosmos_op_kernel_probe gemm_probe PROPERTIES EXCLUDE_FROM_ALL ON)
+# The same probe with the standalone engine's epilogue global stores left out
+# (KOSMOS_GEMM_PROBE_NO_STORE): how much of the epilogue the stores themselves take.
+add_executable(gemm_probe_nostore benchmarks/gemm_probe.cu $<TARGET_OBJECTS:kosmos_op_kernel_probe>)
+target_compile_definitions(gemm_probe_nostore PRIVATE KOSMOS_GEMM_PROBE_NO_STORE=1)
+target_include_directories(gemm_probe_nostore PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
+target_compile_options(gemm_probe_nostore PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
+target_link_libraries(gemm_probe_nostore PRIVATE kosmos kosmos_gemm CUDA::cublas)
+set_target_properties(gemm_probe_nostore PROPERTIES CUDA_ARCHITECTURES 90a)
+# Built on request only (`cmake --build build --target gemm_probe`): diagnostics, not deliverables.
+set_target_properties(kosmos_op_kernel_probe gemm_probe gemm_probe_nostore PROPERTIES EXCLUDE_FROM_ALL ON)

@@ -73,14 +73,17 @@ struct MoeConfig {
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count
   int dispatch_slices = 0;            // 0: chosen; else split each expert's rows over this many tasks (<= 255)
-  // Forward claim order: a GEMM2 run is queued this many GEMM1 runs after the last GEMM1 run it
-  // reads (0: chosen, about two waves of GEMM1 tasks; a value >= the run count queues every GEMM2
-  // task after every GEMM1 task, i.e. the unfused order inside one launch).
+  // Forward claim order: a GEMM2 step is queued this many GEMM1 steps after the last GEMM1 step it
+  // reads (0: chosen: about two waves of GEMM1 tasks in the decode regime, otherwise every step, i.e.
+  // the unfused order inside one launch). A step is a claim group of slot runs (ops::moe::SlotSteps).
   int gemm2_lag = 0;
-  int gemm1_run = 0;  // forward: worst-case slots per GEMM1 task (0: chosen for the makespan), 1..16
-  int gemm2_run = 0;  // forward: the same for GEMM2
-  // Backward claim order: dX tiles of a slot run are queued this many steps after its
-  // swiglu_backward (0: chosen, about two waves; a value >= the run count: after all of them).
+  // Forward: worst-case slots per GEMM1 task, 1..16 (0: chosen with the claim group by the raster
+  // planner; a set value claims its runs one at a time).
+  int gemm1_run = 0;
+  int gemm2_run = 0;    // forward: the same for GEMM2
+  int backward_run = 0; // backward: the same for the H1 / dA' / dX slot runs
+  // Backward claim order: dX tiles of a step are queued this many steps after its
+  // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).
   int backward_dx_lag = 0;
   bool backward = false;  // also plan the backward pass (its buffers, W <= 8: five GEMMs per rank)
 };

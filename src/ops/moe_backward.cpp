@@ -121,9 +121,12 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   // H1, dA' and dX walk the same worst-case slots (same group_m / offsets, BM = 128), in runs.
   const int64_t slots = pp[kH1].num_m_tiles;
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
-  const uint32_t run =
-      ops::choose_run_length(est_tiles, pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles, std::max(1, ctas / int(W)));
+  // Runs and claim groups as the forward's GEMM1 (slot_raster), from H1 (the same operands).
+  const bool decode = decode_regime(cfg);
+  const SlotRaster raster = slot_raster(pp[kH1], int64_t(T) * k, ctas / int(W), decode, cfg.backward_run);
+  const uint32_t run = raster.run;
   const SlotRuns runs = make_slot_runs(uint32_t(slots), run, est_tiles);  // one swiglu_backward task per run
+  const SlotSteps steps{runs, raster.group};
   const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
   c_next += num_runs;
@@ -139,67 +142,68 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
   add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
-  auto run_slots = [&](uint32_t ri) { return std::pair<uint32_t, uint32_t>{runs.start(ri), runs.count(ri)}; };
-  auto gemm1 = [&](uint32_t d, uint32_t ri) {  // H1 and dA' tiles of slot run ri
-    const auto [m0, count] = run_slots(ri);
+  auto gemm1 = [&](uint32_t d, uint32_t s) {  // H1 and dA' tiles of step s, n-major over its runs
     for (int j : {kH1, kDAct})
-      for (int nb = 0; nb < pp[j].num_n_tiles; ++nb) {
-        GemmTileArgs a{};
-        a.problem = kNumProblems * d + uint32_t(j);
-        a.tile_m = m0;
-        a.tile_n = uint32_t(nb);
-        a.count = count;
-        TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);
-        t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
-        t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
-        t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
-      }
+      for (int nb = 0; nb < pp[j].num_n_tiles; ++nb)
+        for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
+          GemmTileArgs a{};
+          a.problem = kNumProblems * d + uint32_t(j);
+          a.tile_m = runs.start(ri);
+          a.tile_n = uint32_t(nb);
+          a.count = runs.count(ri);
+          TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);
+          t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
+          t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
+          t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
+        }
   };
-  auto swiglu = [&](uint32_t d, uint32_t ri) {
-    const auto [m0, count] = run_slots(ri);
-    const auto a = moe_args(m0, count, 0);
-    TaskRec& t = add(TaskKind::kMoeSwigluBackward, d, &a, sizeof(a), kSwiglu);
-    t.waits.push_back({c_layout, 1});
-    t.waits.push_back({c_g1run + ri, plan::kWaitAll});
-    t.signals.push_back({c_ew + ri, uint16_t(d), 1});
-    t.signals.push_back({c_ew_all, uint16_t(d), 1});
-  };
-  auto gemm_dx = [&](uint32_t d, uint32_t ri) {
-    const auto [m0, count] = run_slots(ri);
-    for (int nb = 0; nb < pp[kDX].num_n_tiles; ++nb) {
-      GemmTileArgs a{};
-      a.problem = kNumProblems * d + kDX;
-      a.tile_m = m0;
-      a.tile_n = uint32_t(nb);
-      a.count = count;
-      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
+  auto swiglu = [&](uint32_t d, uint32_t s) {
+    for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
+      const auto a = moe_args(runs.start(ri), runs.count(ri), 0);
+      TaskRec& t = add(TaskKind::kMoeSwigluBackward, d, &a, sizeof(a), kSwiglu);
       t.waits.push_back({c_layout, 1});
-      t.waits.push_back({c_ew + ri, plan::kWaitAll});
-      for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_dx_done, uint16_t(s), 1});
+      t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+      t.signals.push_back({c_ew + ri, uint16_t(d), 1});
+      t.signals.push_back({c_ew_all, uint16_t(d), 1});
     }
   };
-  // Claim order per step ri: H1 / dA'(ri), swiglu_backward(ri - lag), dX(ri - lag - lag_dx). Each
+  auto gemm_dx = [&](uint32_t d, uint32_t s) {
+    for (int nb = 0; nb < pp[kDX].num_n_tiles; ++nb)
+      for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
+        GemmTileArgs a{};
+        a.problem = kNumProblems * d + kDX;
+        a.tile_m = runs.start(ri);
+        a.tile_n = uint32_t(nb);
+        a.count = runs.count(ri);
+        TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
+        t.waits.push_back({c_layout, 1});
+        t.waits.push_back({c_ew + ri, plan::kWaitAll});
+        for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_dx_done, uint16_t(r), 1});
+      }
+  };
+  // Claim order per step s: H1 / dA'(s), swiglu_backward(s - lag), dX(s - lag - lag_dx). Each
   // consumer is claimed about two waves of tasks after what it waits for, so the producers have
   // finished by then and no CTA idles at a claim-time wait. (dX one run after swiglu_backward --
   // the first version -- put the ~28 dX tiles of a run in the same wave as the swiglu_backward task
   // they wait for, a task of ~135 us at DeepSeek shapes: 29 % of the SM time of the fused backward
   // was idle, and it ran 14 % slower than the unfused composition.)
-  const int64_t g1_tiles_per_run = int64_t(W) * (pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles);
-  const int64_t tasks_per_step = g1_tiles_per_run + int64_t(W) * (1 + pp[kDX].num_n_tiles);
-  const uint32_t lag = two_waves_of_steps(ctas, g1_tiles_per_run);
+  const uint32_t num_steps = steps.size();
+  const int64_t g1_tiles_per_step = int64_t(W) * (pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles) * raster.group;
+  const int64_t tasks_per_step = g1_tiles_per_step + int64_t(W) * (1 + pp[kDX].num_n_tiles) * raster.group;
+  const uint32_t lag = two_waves_of_steps(ctas, g1_tiles_per_step);
   // dX after swiglu_backward: about two waves later in the decode regime (an expert gets at most
   // one 128-row block under uniform routing); otherwise after every H1 / dA' tile, as the forward
   // queues GEMM2 after GEMM1: interleaved, dX's operands competed with H1's and dA''s for the L2
   // (H200, fifth session, T = 4096 backward: Qwen3 proxy 9.71 -> 8.42 ms, DeepSeek-V3 proxy
   // 17.38 -> 16.50 ms).
-  const uint32_t lag_dx = consumer_lag(cfg.backward_dx_lag, decode_regime(cfg), ctas, tasks_per_step, num_runs);
-  for (uint32_t ri = 0; ri < num_runs + lag + lag_dx; ++ri) {
-    if (ri < num_runs)
-      for (uint32_t d = 0; d < W; ++d) gemm1(d, ri);
-    if (ri >= lag && ri - lag < num_runs)
-      for (uint32_t d = 0; d < W; ++d) swiglu(d, ri - lag);
-    if (ri >= lag + lag_dx)
-      for (uint32_t d = 0; d < W; ++d) gemm_dx(d, ri - lag - lag_dx);
+  const uint32_t lag_dx = consumer_lag(cfg.backward_dx_lag, decode, ctas, tasks_per_step, num_steps);
+  for (uint32_t s = 0; s < num_steps + lag + lag_dx; ++s) {
+    if (s < num_steps)
+      for (uint32_t d = 0; d < W; ++d) gemm1(d, s);
+    if (s >= lag && s - lag < num_steps)
+      for (uint32_t d = 0; d < W; ++d) swiglu(d, s - lag);
+    if (s >= lag + lag_dx)
+      for (uint32_t d = 0; d < W; ++d) gemm_dx(d, s - lag - lag_dx);
   }
   // Weight gradients: fixed tiles per expert (grouped over K). The claim order comes from the
   // raster planner, which knows that A and B blocks belong to one expert: the first version walked
@@ -240,7 +244,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   std::ostringstream os;
   os << "moe_backward: " << dp.tasks.size() << " tasks (" << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch, "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (from slot " << runs.head_end << " runs of " << runs.tail
-     << "); n tiles H1 "
+     << "), claimed in groups of " << raster.group << " runs (" << raster.describe << "); n tiles H1 "
      << pp[kH1].num_n_tiles << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "

@@ -147,8 +147,10 @@ Status validate(const MoeConfig& c) {
                kernels::kMaxTopK);
   KOSMOS_CHECK(c.dispatch_slices >= 0 && c.dispatch_slices <= 255, "MoE dispatch_slices = ", c.dispatch_slices,
                ", expected 0 (chosen) or 1..255");
-  KOSMOS_CHECK(c.gemm1_run >= 0 && c.gemm1_run <= 16 && c.gemm2_run >= 0 && c.gemm2_run <= 16, "MoE gemm1_run = ",
-               c.gemm1_run, ", gemm2_run = ", c.gemm2_run, ", expected 0 (chosen) or 1..16");
+  KOSMOS_CHECK(c.gemm1_run >= 0 && c.gemm1_run <= 16 && c.gemm2_run >= 0 && c.gemm2_run <= 16 && c.backward_run >= 0 &&
+                   c.backward_run <= 16,
+               "MoE gemm1_run = ", c.gemm1_run, ", gemm2_run = ", c.gemm2_run, ", backward_run = ", c.backward_run,
+               ", expected 0 (chosen) or 1..16");
   KOSMOS_CHECK(c.backward_dx_lag >= 0, "MoE backward_dx_lag = ", c.backward_dx_lag,
                ", expected 0 (chosen) or a positive run count");
   KOSMOS_CHECK(c.gemm2_lag >= 0, "MoE gemm2_lag = ", c.gemm2_lag, ", expected 0 (chosen) or a positive run count");
@@ -347,17 +349,18 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const int64_t slots = p1.num_m_tiles;
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
   // Decode regime: an expert receives at most one 128-row block under uniform routing, so every
-  // tile streams its weight block with a few rows (HBM-bound; the makespan model below assumes
-  // compute-bound tiles). One-slot runs then spread the weight stream over every SM and let GEMM2
-  // start as soon as the first GEMM1 runs are done (H200, fifth session, W = 1, T = 128: DeepSeek-V3
-  // proxy 0.829 -> 0.767 ms, Qwen3 proxy 1.348 -> 1.235 ms, against runs of 5 / 13 for GEMM1).
+  // tile streams its weight block with a few rows (HBM-bound). One-slot runs then spread the weight
+  // stream over every SM and let GEMM2 start as soon as the first GEMM1 runs are done (H200, fifth
+  // session, W = 1, T = 128: DeepSeek-V3 proxy 0.829 -> 0.767 ms, Qwen3 proxy 1.348 -> 1.235 ms,
+  // against runs of 5 / 13 for GEMM1). Otherwise the raster planner picks runs and claim groups
+  // (ops::moe::slot_raster).
   const bool decode = ops::moe::decode_regime(cfg);
-  auto run_length = [&](int override_run, int n_tiles) -> uint32_t {
-    if (override_run > 0) return uint32_t(override_run);
-    return decode ? 1u : ops::choose_run_length(est_tiles, n_tiles, std::max(1, ctas / int(W)));
-  };
-  const uint32_t run = run_length(cfg.gemm1_run, p1.num_n_tiles);
+  const int64_t expected_rows = int64_t(T) * k;  // a rank's rows under uniform routing
+  const ops::moe::SlotRaster r1 = ops::moe::slot_raster(p1, expected_rows, ctas / int(W), decode, cfg.gemm1_run);
+  const ops::moe::SlotRaster r2 = ops::moe::slot_raster(p2, expected_rows, ctas / int(W), decode, cfg.gemm2_run);
+  const uint32_t run = r1.run;
   const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles);
+  const ops::moe::SlotSteps steps1{runs, r1.group};
   const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
   c_next += num_runs;
@@ -372,49 +375,51 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   };
   const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
       cfg, ctas, {kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
-  auto gemm1 = [&](uint32_t d, uint32_t ri) {
-    const uint32_t m0 = runs.start(ri), count = runs.count(ri);
-    for (int nb = 0; nb < p1.num_n_tiles; ++nb) {
-      GemmTileArgs a{2 * d, m0, uint32_t(nb), count, 0, {}};
-      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
-      t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
-      t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
-      t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
-    }
+  auto gemm1 = [&](uint32_t d, uint32_t ri, int nb) {
+    GemmTileArgs a{2 * d, runs.start(ri), uint32_t(nb), runs.count(ri), 0, {}};
+    TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
+    t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
+    t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
+    t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
   };
   // GEMM2 has its own run length (its n tiles differ from GEMM1's: with GEMM1's runs, Qwen3 T = 128
   // cut GEMM2 into 176 tasks, 1.33 waves on 132 SMs, and the second wave ran on a third of them).
   // A GEMM2 run waits for every GEMM1 run its slots overlap.
-  const uint32_t run2 = run_length(cfg.gemm2_run, p2.num_n_tiles);
+  const uint32_t run2 = r2.run;
   const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles);
-  const uint32_t num_runs2 = runs2.size();
-  auto gemm2 = [&](uint32_t d, uint32_t r2) {
-    const uint32_t m0 = runs2.start(r2), count = runs2.count(r2);
-    for (int nb = 0; nb < p2.num_n_tiles; ++nb) {
-      GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, 0, {}};
-      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
-      for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + count - 1); ++ri)
-        t.waits.push_back({c_g1run + ri, plan::kWaitAll});
-      for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
-    }
+  const ops::moe::SlotSteps steps2{runs2, r2.group};
+  auto gemm2 = [&](uint32_t d, uint32_t r, int nb) {
+    const uint32_t m0 = runs2.start(r), count = runs2.count(r);
+    GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, 0, {}};
+    TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
+    for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + count - 1); ++ri)
+      t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+    for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
   };
-  // GEMM2 run j goes in `lag` GEMM1 runs after the last GEMM1 run it needs. Decode: about two waves
-  // of GEMM1 tasks lie between them, so a CTA claiming it rarely finds its input still being
+  // One step of either GEMM: per rank, n-major over the step's runs (SlotSteps).
+  auto emit = [&](const ops::moe::SlotSteps& st, uint32_t s, int n_tiles, auto&& task) {
+    for (uint32_t d = 0; d < W; ++d)
+      for (int nb = 0; nb < n_tiles; ++nb)
+        for (uint32_t r = st.first_run(s); r < st.end_run(s); ++r) task(d, r, nb);
+  };
+  // GEMM2 step j goes in `lag` GEMM1 steps after the last GEMM1 step it needs. Decode: about two
+  // waves of GEMM1 tasks lie between them, so a CTA claiming it rarely finds its input still being
   // computed (it would block at claim) and the weight streams of both GEMMs overlap. Otherwise
   // (compute-bound tiles) every GEMM2 task goes after every GEMM1 task: interleaved, the two GEMMs'
   // operands compete for the L2 (H200, fifth session, DeepSeek-V3 proxy T = 4096: 5.99 ms
   // interleaved at two waves, 6.45 at lag 4, 5.14 ms phase after phase; Qwen3 proxy 3.38 / 3.40).
   // The overlap left is at the boundary: GEMM2's first runs start while GEMM1's last tiles run.
-  const uint32_t lag = ops::moe::consumer_lag(cfg.gemm2_lag, decode, ctas, int64_t(W) * p1.num_n_tiles, num_runs);
+  const uint32_t num_steps1 = steps1.size(), num_steps2 = steps2.size();
+  const uint32_t lag =
+      ops::moe::consumer_lag(cfg.gemm2_lag, decode, ctas, int64_t(W) * p1.num_n_tiles * r1.group, num_steps1);
+  auto needs = [&](uint32_t s2) {  // the last GEMM1 step GEMM2 step s2 waits for
+    const uint32_t last = steps2.end_run(s2) - 1;
+    return steps1.of_run(runs.of_slot(runs2.start(last) + runs2.count(last) - 1));
+  };
   uint32_t next2 = 0;
-  for (uint32_t ri = 0; ri < num_runs + lag; ++ri) {
-    if (ri < num_runs)
-      for (uint32_t d = 0; d < W; ++d) gemm1(d, ri);
-    // every GEMM2 run whose last slot lies in GEMM1 run ri - lag (or earlier)
-    while (ri >= lag && next2 < num_runs2 && runs.of_slot(runs2.start(next2) + runs2.count(next2) - 1) <= ri - lag) {
-      for (uint32_t d = 0; d < W; ++d) gemm2(d, next2);
-      ++next2;
-    }
+  for (uint32_t s = 0; s < num_steps1 + lag; ++s) {
+    if (s < num_steps1) emit(steps1, s, p1.num_n_tiles, gemm1);
+    while (s >= lag && next2 < num_steps2 && needs(next2) <= s - lag) emit(steps2, next2++, p2.num_n_tiles, gemm2);
   }
   const uint32_t tpt = cfg.combine_tokens_per_task > 0
                            ? uint32_t(cfg.combine_tokens_per_task)
@@ -455,7 +460,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
      << " tasks (" << kinds[size_t(TaskKind::kMoeRoute)] << " route, " << kinds[size_t(TaskKind::kMoeOffsets)] << " offsets, "
      << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << cut.experts_per_task << " experts x 1/" << cut.slices << " of the rows each], "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "; from slot " << runs.head_end
-     << " runs of " << runs.tail << " / " << runs2.tail << "); GEMM2 lag " << lag << " runs; n tiles "
+     << " runs of " << runs.tail << " / " << runs2.tail << "); claimed in groups of " << r1.group << " / " << r2.group
+     << " runs; GEMM2 lag " << lag << " steps; raster " << r1.describe << " / " << r2.describe << "; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;
   impl->summary = os.str();

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm/gemm_params.h"
 #include "kernels/moe_tasks.h"
 #include "kosmos/moe.h"
 #include "kosmos/plan.h"
+#include "ops/gemm_raster.h"
 #include "ops/op_runner.h"
 #include "ops/rank_buffers.h"
 
@@ -107,7 +109,8 @@ DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& p
 }
 
 // A rank's worst-case GEMM slots (sized for W T k rows) cut into runs: runs of `run` slots up to
-// `head_end`, the slots expected to hold rows with a 2x margin, then runs of `tail` = 4 run slots.
+// `head_end`, the slots expected to hold rows with a 2x margin, then runs of `tail` = 4 run slots
+// (at least 16, at most kMaxSlotRun).
 // Under uniform routing a rank receives about T k of its W T k worst-case rows, so at W = 8 about
 // seven in eight slots are empty and every task over them only finds that out (~2.5 us each on the
 // H200: 245,000 such tasks in the Qwen3 W = 8 backward); longer tail runs make 4x fewer of them,
@@ -132,9 +135,26 @@ inline SlotRuns make_slot_runs(uint32_t slots, uint32_t run, int64_t expected_sl
   r.run = std::max<uint32_t>(1, run);
   const int64_t head = (2 * expected_slots + r.run - 1) / r.run * r.run;  // whole runs
   r.head_end = uint32_t(std::min<int64_t>(slots, head));
-  r.tail = std::max(r.run, std::min<uint32_t>(kMaxSlotRun, 4 * r.run));
+  // at least 16: one-slot head runs (slot_raster's usual choice since the sixth session) would
+  // otherwise give 4-slot tail runs, four times the empty tasks of the runs of 4 chosen before
+  r.tail = std::max(r.run, std::min<uint32_t>(kMaxSlotRun, std::max<uint32_t>(16, 4 * r.run)));
   return r;
 }
+
+// The claim order of slot runs, in steps: step i holds `group` consecutive head runs, claimed n-major
+// (for each n block, every run of the step), so the tiles that read one expert's weight column block
+// run at the same time and share it through the L2; the tail runs (expected empty) are one step each.
+struct SlotSteps {
+  SlotRuns runs;
+  uint32_t group = 1;
+  uint32_t head_steps() const { return (runs.head_runs() + group - 1) / group; }
+  uint32_t size() const { return head_steps() + (runs.size() - runs.head_runs()); }
+  uint32_t first_run(uint32_t s) const { return s < head_steps() ? s * group : runs.head_runs() + (s - head_steps()); }
+  uint32_t end_run(uint32_t s) const {
+    return s < head_steps() ? std::min(runs.head_runs(), (s + 1) * group) : first_run(s) + 1;
+  }
+  uint32_t of_run(uint32_t ri) const { return ri < runs.head_runs() ? ri / group : head_steps() + (ri - runs.head_runs()); }
+};
 
 // Decode regime: under uniform routing an expert receives at most one 128-row block (T k W rows over
 // E experts), so every GEMM tile streams its weight block with a few rows: HBM-bound. Both
@@ -142,6 +162,37 @@ inline SlotRuns make_slot_runs(uint32_t slots, uint32_t run, int64_t expected_sl
 // weight streams overlap); otherwise each consumer GEMM goes after all of its producer's tiles.
 inline bool decode_regime(const MoeConfig& cfg) {
   return int64_t(cfg.tokens) * cfg.top_k * cfg.world <= int64_t(kernels::gemm::kGemmBlockM) * cfg.num_experts;
+}
+
+// Run length and claim group of a GEMM grouped over a rank's slots (p: the planned problem, sized for
+// the worst case). Decode regime: runs of one slot, one per step (the weight streams spread over every
+// SM; measured, see decode_regime). Otherwise the raster planner's choice among runs down M (the
+// counters are per slot run) for the rows a rank expects under uniform routing: the makespan-only
+// choice (choose_run_length) took the longest run on ties, and a run re-reads its expert's weight
+// column block from HBM for every slot it walks (Qwen3 proxy, T = 4096, GEMM1: runs of 7 slots,
+// 8.4 GB from HBM by the estimate; runs of one slot claimed n-major, so an expert's slots read each
+// block together: 4.7 GB). override_run > 0: runs of that length, one per step (the order before the
+// sixth session).
+struct SlotRaster {
+  uint32_t run = 1, group = 1;
+  std::string describe;
+};
+inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expected_rows, int ctas_per_rank, bool decode,
+                              int override_run) {
+  SlotRaster r;
+  if (override_run > 0 || decode) {
+    r.run = override_run > 0 ? uint32_t(override_run) : 1u;
+    r.describe = std::string("runs of ") + std::to_string(r.run) + (override_run > 0 ? " (set)" : " (decode)");
+    return r;
+  }
+  ops::RasterProblem rp = ops::raster_problem(p, 0, int(p.num_m_tiles), std::max(1, ctas_per_rank), expected_rows);
+  rp.allow_along_n = false;
+  ops::RasterChoice choice;
+  ops::plan_gemm_runs(rp, &choice);
+  r.run = choice.run;
+  r.group = uint32_t(std::max(1, choice.group));
+  r.describe = choice.describe();
+  return r;
 }
 
 // Steps (of `tasks_per_step` tasks each) that make about two waves of `ctas` CTAs: how far a

@@ -357,6 +357,10 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
                    : "r"(stage_addr + row * 128 + ((jj ^ (row & 7)) << 4)));
       const int r = row_base + row;
       const int col = col_base + 8 * (q * kNB + jj);
+#ifdef KOSMOS_GEMM_PROBE_NO_STORE  // diagnostic (gemm_probe_nostore): the epilogue without its global stores
+      if (r < 0) asm volatile("" ::"r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+      continue;
+#endif
       if (r < t.rows && col < p.n_out) {
         __nv_bfloat16* dst = c + static_cast<int64_t>(t.c_row0 + r) * p.ldc + col;
         if (col + 8 <= p.n_out) {
