@@ -123,7 +123,8 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
   // Runs and claim groups as the forward's GEMM1 (slot_raster), from H1 (the same operands).
   const bool decode = decode_regime(cfg);
-  const SlotRaster raster = slot_raster(pp[kH1], int64_t(T) * k, ctas / int(W), decode, cfg.backward_run);
+  const SlotRaster raster = slot_raster(pp[kH1], int64_t(T) * k, est_tiles, pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles,
+                                       int(W), ctas / int(W), decode, cfg.backward_run);
   const uint32_t run = raster.run;
   const SlotRuns runs = make_slot_runs(uint32_t(slots), run, est_tiles);  // one swiglu_backward task per run
   const SlotSteps steps{runs, raster.group};

@@ -166,26 +166,33 @@ inline bool decode_regime(const MoeConfig& cfg) {
 
 // Run length and claim group of a GEMM grouped over a rank's slots (p: the planned problem, sized for
 // the worst case). Decode regime: runs of one slot, one per step (the weight streams spread over every
-// SM; measured, see decode_regime). Otherwise the raster planner's choice among runs down M (the
-// counters are per slot run) for the rows a rank expects under uniform routing: the makespan-only
-// choice (choose_run_length) took the longest run on ties, and a run re-reads its expert's weight
-// column block from HBM for every slot it walks (Qwen3 proxy, T = 4096, GEMM1: runs of 7 slots,
-// 8.4 GB from HBM by the estimate; runs of one slot claimed n-major, so an expert's slots read each
-// block together: 4.7 GB). override_run > 0: runs of that length, one per step (the order before the
-// sixth session).
+// SM; measured, see decode_regime). Otherwise, with one rank (W = 1), the raster planner's choice
+// among runs down M (the counters are per slot run) for the rows the rank expects under uniform
+// routing: the makespan-only choice (choose_run_length) took the longest run on ties, and a run
+// re-reads its expert's weight column block from HBM for every slot it walks (Qwen3 proxy, T = 4096,
+// GEMM1: runs of 7 slots, 8.4 GB from HBM by the estimate; runs of one slot claimed n-major, so an
+// expert's slots read each block together: 4.7 GB; measured 3.43 -> 3.04 ms). With W > 1 ranks the
+// makespan choice stays (`est_tiles` slots, `n_tiles` per slot, one run per step): the estimate
+// models one rank's CTAs with the whole L2, while W virtual ranks share it (Qwen3 W = 8: the
+// planner's runs of 8 / 4 ran 24.98 ms, the makespan's 4 / 16 24.13 ms, one rep each).
+// override_run > 0: runs of that length, one per step (the order before the sixth session).
 struct SlotRaster {
   uint32_t run = 1, group = 1;
   std::string describe;
 };
-inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expected_rows, int ctas_per_rank, bool decode,
-                              int override_run) {
+inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expected_rows, int64_t est_tiles, int n_tiles,
+                              int world, int ctas_per_rank, bool decode, int override_run) {
   SlotRaster r;
-  if (override_run > 0 || decode) {
-    r.run = override_run > 0 ? uint32_t(override_run) : 1u;
-    r.describe = std::string("runs of ") + std::to_string(r.run) + (override_run > 0 ? " (set)" : " (decode)");
+  ctas_per_rank = std::max(1, ctas_per_rank);
+  if (override_run > 0 || decode || world > 1) {
+    r.run = override_run > 0 ? uint32_t(override_run)
+            : decode         ? 1u
+                             : ops::choose_run_length(est_tiles, n_tiles, ctas_per_rank);
+    r.describe = std::string("runs of ") + std::to_string(r.run) +
+                 (override_run > 0 ? " (set)" : decode ? " (decode)" : " (makespan, W > 1)");
     return r;
   }
-  ops::RasterProblem rp = ops::raster_problem(p, 0, int(p.num_m_tiles), std::max(1, ctas_per_rank), expected_rows);
+  ops::RasterProblem rp = ops::raster_problem(p, 0, int(p.num_m_tiles), ctas_per_rank, expected_rows);
   rp.allow_along_n = false;
   ops::RasterChoice choice;
   ops::plan_gemm_runs(rp, &choice);

@@ -1,7 +1,7 @@
 // The MoE planner's claim-order helpers (src/ops/moe_plan.h): slot runs cut into claim steps cover
 // every run exactly once and in order, and the run / group choice outside the decode regime comes
-// from the raster planner (runs of one slot for the Qwen3 proxy's GEMM1 at T = 4096, which the
-// makespan-only choice ran in runs of 7).
+// from the raster planner at W = 1 (runs of one slot for the Qwen3 proxy's GEMM1 at T = 4096, which
+// the makespan-only choice ran in runs of 7) and from the makespan model at W > 1.
 #include <gtest/gtest.h>
 
 #include "kernels/gemm/gemm_host.h"
@@ -56,15 +56,20 @@ kernels::gemm::GemmParams qwen_gemm1(int64_t T) {
 
 TEST(MoeSlotRaster, PlannerChoiceOutsideDecodeOverridesAndDecodeRuns) {
   const kernels::gemm::GemmParams p = qwen_gemm1(4096);
-  const SlotRaster chosen = slot_raster(p, 4096 * 8, 132, false, 0);
+  const SlotRaster chosen = slot_raster(p, 4096 * 8, 384, 12, 1, 132, false, 0);
   // 2.5 slots per expert: a run down M re-reads its expert's 2 MB weight block per slot; one-slot
   // runs claimed n-major read it once per expert (the estimate: 4.7 vs 8.4 GB).
   EXPECT_EQ(chosen.run, 1u) << chosen.describe;
   EXPECT_NE(chosen.describe.find("along M"), std::string::npos) << chosen.describe;  // counters are per slot run
-  const SlotRaster set = slot_raster(p, 4096 * 8, 132, false, 7);
+  const SlotRaster set = slot_raster(p, 4096 * 8, 384, 12, 1, 132, false, 7);
   EXPECT_EQ(set.run, 7u);
   EXPECT_EQ(set.group, 1u);
-  const SlotRaster decode = slot_raster(qwen_gemm1(128), 128 * 8, 132, true, 0);
+  const SlotRaster decode = slot_raster(qwen_gemm1(128), 128 * 8, 136, 12, 1, 132, true, 0);
   EXPECT_EQ(decode.run, 1u);
   EXPECT_EQ(decode.group, 1u);
+  // W > 1 virtual ranks share the L2 the estimate assumes one rank has: the makespan choice, as before
+  // (Qwen3 W = 8: 272 expected slots, 12 n tiles, 16 CTAs per rank -> runs of 4).
+  const SlotRaster w8 = slot_raster(p, 4096 * 8, 272, 12, 8, 16, false, 0);
+  EXPECT_EQ(w8.run, 4u) << w8.describe;
+  EXPECT_EQ(w8.group, 1u);
 }
