@@ -186,29 +186,3 @@ TEST(GemmCpu, RunsAlongNMatchTheReference) {
   auto ref = reference_gemm(g, a, b, c_in, scale, g.n);
   EXPECT_LT(relative_error(c, g.ldc, ref, g.m, g.n), 1e-2);
 }
-
-// The idle-warpgroup option travels in the engine parameters (GPU behaviour is covered by the GPU
-// sweep run with KOSMOS_GEMM_SKIP_IDLE_WG=1); the host implementation ignores it.
-TEST(GemmCpu, SkipIdleWarpgroupOptionReachesTheParameters) {
-  using namespace kosmos::kernels::gemm;
-  std::vector<uint16_t> a(64 * 64), b(64 * 64), c(64 * 64);
-  GemmDesc d;
-  d.a = a.data();
-  d.b = b.data();
-  d.c = c.data();
-  d.m = d.n = d.k = 64;
-  d.lda = d.ldb = d.ldc = 64;
-  d.encode_tma = false;
-  ASSERT_EQ(unsetenv("KOSMOS_GEMM_SKIP_IDLE_WG"), 0);
-  GemmParams p;
-  ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
-  EXPECT_EQ(p.layout & kGemmSkipIdleWarpgroup, 0u);
-  d.skip_idle_warpgroup = true;
-  ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
-  EXPECT_NE(p.layout & kGemmSkipIdleWarpgroup, 0u);
-  d.skip_idle_warpgroup = false;
-  ASSERT_EQ(setenv("KOSMOS_GEMM_SKIP_IDLE_WG", "1", 1), 0);
-  ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
-  EXPECT_NE(p.layout & kGemmSkipIdleWarpgroup, 0u);
-  ASSERT_EQ(unsetenv("KOSMOS_GEMM_SKIP_IDLE_WG"), 0);
-}

@@ -163,10 +163,8 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   p.k = static_cast<int32_t>(d.k);
   p.num_groups = d.num_groups;
   p.epilogue = d.epilogue;
-  const char* skip_env = std::getenv("KOSMOS_GEMM_SKIP_IDLE_WG");
-  const bool skip_idle = d.skip_idle_warpgroup || (skip_env && std::strcmp(skip_env, "1") == 0);
   p.layout = (d.a_col_major ? kGemmAColMajor : 0u) | (d.b_transposed ? kGemmBTransposed : 0u) |
-             (d.grouped_k ? kGemmGroupedK : 0u) | (skip_idle ? kGemmSkipIdleWarpgroup : 0u);
+             (d.grouped_k ? kGemmGroupedK : 0u);
   p.tile_shape = shape;
   p.num_m_tiles = static_cast<int32_t>(d.grouped_k ? d.num_groups * ceil_div(d.m, kGemmBlockM)
                                                    : ceil_div(d.m, kGemmBlockM) + d.num_groups);

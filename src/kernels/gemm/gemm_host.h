@@ -46,7 +46,6 @@ struct GemmDesc {
   GemmTileShape tile_shape = GemmTileShape::kAuto;
   int num_sms = 132;          // for the tile-shape heuristic
   bool encode_tma = true;     // false: CPU executor only, no driver call, tensor maps left zero
-  bool skip_idle_warpgroup = false;  // kGemmSkipIdleWarpgroup (also on with KOSMOS_GEMM_SKIP_IDLE_WG=1)
 };
 
 // Validates `desc` (every failure names the argument, its value and what was expected) and fills

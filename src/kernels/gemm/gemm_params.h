@@ -58,12 +58,6 @@ enum GemmLayoutFlags : uint32_t {
   kGemmAColMajor = 1u << 0,    // A stored [K, M]
   kGemmBTransposed = 1u << 1,  // B stored [N, K]
   kGemmGroupedK = 1u << 2,     // grouped problem whose K (not M) varies per group, see above
-  // Engine option carried with the layout: a consumer warpgroup whose 64 rows of a tile are all past
-  // the tile's valid rows skips its wgmma (it still walks the ring's barriers), so a tile with
-  // <= 64 rows -- a group's last block, a decode-sized expert -- leaves the tensor cores to the
-  // other warpgroup. Off unless GemmDesc::skip_idle_warpgroup or KOSMOS_GEMM_SKIP_IDLE_WG=1:
-  // written after the fourth session's last device call, not yet run on a GPU.
-  kGemmSkipIdleWarpgroup = 1u << 3,
 };
 
 // Tile shapes the engine is compiled for. BM = 128 and BK = 64 always; two consumer warpgroups

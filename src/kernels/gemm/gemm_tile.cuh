@@ -506,19 +506,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
 #pragma unroll
         for (int e = 0; e < size(acc); ++e) acc(e) = 0.0f;
       }
-      // kGemmSkipIdleWarpgroup: this warpgroup's 64 rows are all past the tile's valid rows, so it
-      // only walks the ring (wait full, release empty) and leaves the tensor cores to the other
-      // one; its accumulators are never stored (the epilogues mask rows >= t.rows).
-      const bool idle = (p.layout & kGemmSkipIdleWarpgroup) && (ct / 128) * (kBM / 2) >= t.rows;
-      for (int kb = 0; idle && kb < num_kb; ++kb) {
-        cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
-        if (signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-      for (int kb = 0; !idle && kb < num_kb; ++kb) {
+      for (int kb = 0; kb < num_kb; ++kb) {
         cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
         if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
         warpgroup_arrive();
