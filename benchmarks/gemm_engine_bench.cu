@@ -351,14 +351,21 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   r.ref2_ms = time_median(o.reps, sets, [&](int s) { cublas_gemm(cub, false, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); });
   // The product path: kosmos::Gemm (the persistent runtime, the claim order of ops::plan_gemm_runs),
   // one plan per operand set, verified against cuBLAS grouped like the engine above.
-  std::vector<std::unique_ptr<kosmos::Gemm>> plans(sets);
-  for (int s = 0; s < sets; ++s) {
-    const kosmos::Status st = kosmos::Gemm::plan(args[s], kosmos::GemmOptions{}, &plans[s]);
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "kosmos::Gemm::plan: %s\n", st.to_string().c_str());
-      std::exit(1);
+  // One kosmos::Gemm plan per operand set (`edit` adjusts each set's arguments first).
+  auto plan_sets = [&](const char* what, auto&& edit) {
+    std::vector<std::unique_ptr<kosmos::Gemm>> out(sets);
+    for (int s = 0; s < sets; ++s) {
+      kosmos::GemmArguments d = args[s];
+      edit(d);
+      const kosmos::Status st = kosmos::Gemm::plan(d, kosmos::GemmOptions{}, &out[s]);
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "kosmos::Gemm::plan (%s): %s\n", what, st.to_string().c_str());
+        std::exit(1);
+      }
     }
-  }
+    return out;
+  };
+  const std::vector<std::unique_ptr<kosmos::Gemm>> plans = plan_sets("grouped", [](kosmos::GemmArguments&) {});
   CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
   CK(cudaDeviceSynchronize());
   if (!plans[0]->run().is_ok() || !plans[0]->finish().is_ok()) {
@@ -370,21 +377,12 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   r.rt_raster = plans[0]->raster();
   // Our own dense GEMM of the same total M (every row times expert 0's weights): what grouping costs
   // the engine (padding of each group's last block, per-group B blocks), apart from the engine itself.
-  {
-    std::vector<std::unique_ptr<kosmos::Gemm>> dense(sets);
-    for (int s = 0; s < sets; ++s) {
-      kosmos::GemmArguments d = args[s];
-      d.num_groups = 0;
-      d.group_m = d.group_offset = nullptr;
-      const kosmos::Status st = kosmos::Gemm::plan(d, kosmos::GemmOptions{}, &dense[s]);
-      if (!st.is_ok()) {
-        std::fprintf(stderr, "kosmos::Gemm::plan (dense): %s\n", st.to_string().c_str());
-        std::exit(1);
-      }
-    }
-    r.rt_dense_ms = time_median(o.reps, sets, [&](int s) { (void)dense[s]->run(); });
-    r.rt_dense_raster = dense[0]->raster();
-  }
+  const std::vector<std::unique_ptr<kosmos::Gemm>> dense = plan_sets("dense", [](kosmos::GemmArguments& d) {
+    d.num_groups = 0;
+    d.group_m = d.group_offset = nullptr;
+  });
+  r.rt_dense_ms = time_median(o.reps, sets, [&](int s) { (void)dense[s]->run(); });
+  r.rt_dense_raster = dense[0]->raster();
   r.ref_name = "cublasGemmGroupedBatchedEx";
   r.ref2_name = "dense cublasGemmEx, same total M";
   r.flops = 2.0 * total * N * K;

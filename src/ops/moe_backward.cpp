@@ -145,18 +145,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
   auto gemm1 = [&](uint32_t d, uint32_t s) {  // H1 and dA' tiles of step s, n-major over its runs
     for (int j : {kH1, kDAct})
-      for (int nb = 0; nb < pp[j].num_n_tiles; ++nb)
-        for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
-          GemmTileArgs a{};
-          a.problem = kNumProblems * d + uint32_t(j);
-          a.tile_m = runs.start(ri);
-          a.tile_n = uint32_t(nb);
-          a.count = runs.count(ri);
-          TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);
-          t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
-          t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
-          t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
-        }
+      steps.for_each_tile(s, pp[j].num_n_tiles, [&](uint32_t ri, int nb) {
+        const GemmTileArgs a = steps.tile_args(kNumProblems * d + uint32_t(j), ri, nb);
+        TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);
+        t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
+        t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
+        t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
+      });
   };
   auto swiglu = [&](uint32_t d, uint32_t s) {
     for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
@@ -169,18 +164,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     }
   };
   auto gemm_dx = [&](uint32_t d, uint32_t s) {
-    for (int nb = 0; nb < pp[kDX].num_n_tiles; ++nb)
-      for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
-        GemmTileArgs a{};
-        a.problem = kNumProblems * d + kDX;
-        a.tile_m = runs.start(ri);
-        a.tile_n = uint32_t(nb);
-        a.count = runs.count(ri);
-        TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
-        t.waits.push_back({c_layout, 1});
-        t.waits.push_back({c_ew + ri, plan::kWaitAll});
-        for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_dx_done, uint16_t(r), 1});
-      }
+    steps.for_each_tile(s, pp[kDX].num_n_tiles, [&](uint32_t ri, int nb) {
+      const GemmTileArgs a = steps.tile_args(kNumProblems * d + kDX, ri, nb);
+      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
+      t.waits.push_back({c_layout, 1});
+      t.waits.push_back({c_ew + ri, plan::kWaitAll});
+      for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_dx_done, uint16_t(r), 1});
+    });
   };
   // Claim order per step s: H1 / dA'(s), swiglu_backward(s - lag), dX(s - lag - lag_dx). Each
   // consumer is claimed about two waves of tasks after what it waits for, so the producers have

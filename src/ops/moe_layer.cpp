@@ -181,6 +181,7 @@ struct MoeLayer::Impl {
   std::vector<std::string> labels, backward_labels;  // per fused task: kind, or "gemm <problem>"
   std::vector<std::string> phase_names, backward_phase_names;  // per unfused launch
   std::string summary;
+  const DistributedContext* dist_or_null() const { return distributed ? &dist : nullptr; }
 };
 
 namespace {
@@ -190,9 +191,6 @@ Status launch(const DistributedContext* dist, ops::OpRunner& runner, cudaStream_
   if (dist) KOSMOS_RETURN_IF_ERROR(dist->barrier(stream));
   return runner.run(stream);
 }
-}  // namespace
-
-namespace {
 
 // The fused runner (every wait and signal: one launch) and the unfused composition (one runner
 // per phase, no counters, GEMM wait rules cleared) of one direction, bound to the layer's buffers.
@@ -378,7 +376,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
       cfg, ctas, {kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
   auto gemm1 = [&](uint32_t d, uint32_t ri, int nb) {
-    GemmTileArgs a{2 * d, runs.start(ri), uint32_t(nb), runs.count(ri), 0, {}};
+    const GemmTileArgs a = steps1.tile_args(2 * d, ri, nb);
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
     t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
     t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
@@ -391,8 +389,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles);
   const ops::moe::SlotSteps steps2{runs2, r2.group};
   auto gemm2 = [&](uint32_t d, uint32_t r, int nb) {
-    const uint32_t m0 = runs2.start(r), count = runs2.count(r);
-    GemmTileArgs a{2 * d + 1, m0, uint32_t(nb), count, 0, {}};
+    const GemmTileArgs a = steps2.tile_args(2 * d + 1, r, nb);
+    const uint32_t m0 = a.tile_m, count = a.count;
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
     for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + count - 1); ++ri)
       t.waits.push_back({c_g1run + ri, plan::kWaitAll});
@@ -400,9 +398,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   };
   // One step of either GEMM: per rank, n-major over the step's runs (SlotSteps).
   auto emit = [&](const ops::moe::SlotSteps& st, uint32_t s, int n_tiles, auto&& task) {
-    for (uint32_t d = 0; d < W; ++d)
-      for (int nb = 0; nb < n_tiles; ++nb)
-        for (uint32_t r = st.first_run(s); r < st.end_run(s); ++r) task(d, r, nb);
+    for (uint32_t d = 0; d < W; ++d) st.for_each_tile(s, n_tiles, [&](uint32_t r, int nb) { task(d, r, nb); });
   };
   // GEMM2 step j goes in `lag` GEMM1 steps after the last GEMM1 step it needs. Decode: about two
   // waves of GEMM1 tasks lie between them, so a CTA claiming it rarely finds its input still being
@@ -480,7 +476,7 @@ const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
 Status MoeLayer::run(cudaStream_t stream) { return run_composition(impl_->cfg.fused, stream); }
 
 Status MoeLayer::run_composition(bool fused, cudaStream_t stream) {
-  if (fused) return launch(impl_->distributed ? &impl_->dist : nullptr, *impl_->fused, stream);
+  if (fused) return launch(impl_->dist_or_null(), *impl_->fused, stream);
   for (size_t i = 0; i < impl_->unfused.size(); ++i) KOSMOS_RETURN_IF_ERROR(run_phase(i, false, stream));
   return Status::ok();
 }
@@ -490,7 +486,7 @@ Status MoeLayer::run_backward(cudaStream_t stream) { return run_backward_composi
 Status MoeLayer::run_backward_composition(bool fused, cudaStream_t stream) {
   KOSMOS_CHECK(impl_->backward_fused != nullptr, "MoeLayer::run_backward: the layer was planned without "
                                                  "MoeConfig::backward = true");
-  if (fused) return launch(impl_->distributed ? &impl_->dist : nullptr, *impl_->backward_fused, stream);
+  if (fused) return launch(impl_->dist_or_null(), *impl_->backward_fused, stream);
   for (size_t i = 0; i < impl_->backward_unfused.size(); ++i) KOSMOS_RETURN_IF_ERROR(run_phase(i, true, stream));
   return Status::ok();
 }
@@ -503,7 +499,7 @@ Status MoeLayer::run_phase(size_t i, bool backward, cudaStream_t stream) {
   KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::run_phase: the layer was planned without MoeConfig::backward = true");
   auto& runners = backward ? impl_->backward_unfused : impl_->unfused;
   KOSMOS_CHECK(i < runners.size(), "MoeLayer::run_phase: phase ", i, " out of range (", runners.size(), " phases)");
-  return launch(impl_->distributed ? &impl_->dist : nullptr, *runners[i], stream);
+  return launch(impl_->dist_or_null(), *runners[i], stream);
 }
 
 Status MoeLayer::finish(cudaStream_t stream) {

@@ -154,6 +154,16 @@ struct SlotSteps {
     return s < head_steps() ? std::min(runs.head_runs(), (s + 1) * group) : first_run(s) + 1;
   }
   uint32_t of_run(uint32_t ri) const { return ri < runs.head_runs() ? ri / group : head_steps() + (ri - runs.head_runs()); }
+  // f(run, n block) for the tiles of step s, in its claim order: n-major over the step's runs.
+  template <class F>
+  void for_each_tile(uint32_t s, int n_tiles, F&& f) const {
+    for (int nb = 0; nb < n_tiles; ++nb)
+      for (uint32_t r = first_run(s); r < end_run(s); ++r) f(r, nb);
+  }
+  // The task payload of run r's tiles at n block nb of GEMM problem `problem`.
+  kernels::gemm::GemmTileArgs tile_args(uint32_t problem, uint32_t r, int nb) const {
+    return kernels::gemm::GemmTileArgs{problem, runs.start(r), uint32_t(nb), runs.count(r), 0, {}};
+  }
 };
 
 // Decode regime: under uniform routing an expert receives at most one 128-row block (T k W rows over

@@ -65,26 +65,32 @@ struct TaskContext {
   }
   __device__ __forceinline__ bool aborted() const { return ld_relaxed_gpu(&p->state->abort) != 0u; }
 
+  // The value counter (of task t's rank) reaches this run once `target` has been signalled into it
+  // (plan::kWaitAll: everything signalled into it this run).
+  __device__ __forceinline__ uint64_t counter_expected(const plan::Task& t, uint32_t counter, uint32_t target) const {
+    const uint64_t total = p->totals[size_t(t.rank) * p->num_counters + counter];
+    return epoch * total + (target == plan::kWaitAll ? total : target);
+  }
+  __device__ __forceinline__ uint64_t load_counter(const uint64_t* c) const {
+    return p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
+  }
+
   // One acquire load, no spinning: whether counter (of task t's rank) holds everything signalled
   // into it this run.
   __device__ __forceinline__ bool counter_complete(const plan::Task& t, uint32_t counter) const {
-    const uint64_t total = p->totals[size_t(t.rank) * p->num_counters + counter];
-    const uint64_t* c = counter_ptr(t.rank, counter);
-    return (p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c)) >= (epoch + 1) * total;
+    return load_counter(counter_ptr(t.rank, counter)) >= counter_expected(t, counter, plan::kWaitAll);
   }
 
   // Called by ONE thread. Spins until counter (of task t's rank) >= epoch*total + target.
   // Returns false when the run is ending (timeout here, or abort raised elsewhere).
   __device__ __forceinline__ bool wait_counter(const plan::Task& t, uint32_t counter, uint32_t target) const {
-    const size_t slot = size_t(t.rank) * p->num_counters + counter;
-    const uint64_t total = p->totals[slot];
-    const uint64_t expected = epoch * total + (target == plan::kWaitAll ? total : target);
+    const uint64_t expected = counter_expected(t, counter, target);
     const uint64_t* c = counter_ptr(t.rank, counter);
-    uint64_t v = p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
+    uint64_t v = load_counter(c);
     if (v >= expected) return true;
     const uint64_t t0 = globaltimer_ns();
     for (uint32_t spin = 1;; ++spin) {
-      v = p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
+      v = load_counter(c);
       if (v >= expected) return true;
       if ((spin & 63u) == 0u) {
         if (aborted()) return false;
