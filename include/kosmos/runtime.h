@@ -33,6 +33,9 @@ struct CpuOptions {
   uint32_t max_delay_us = 20;        // stress: random sleep before claims, inside waits, before signals
   bool trace = false;
   bool audit = false;
+  // Every task claims its worker's next task as it starts (GpuOptions::claim_ahead = 2: the
+  // scheduler's worst case for the claim-ahead rule).
+  bool claim_ahead = false;
 };
 
 class CpuExecutor;
@@ -117,6 +120,11 @@ struct GpuOptions {
   bool audit = false;
   int max_ctas = 0;  // 0: every SM x occupancy (all co-resident)
   const KernelVariant* variant = nullptr;  // nullptr: built-in
+  // When a CTA claims its next task: 0 after the current one ends; 1 (default) GEMM tiles claim it
+  // once their last load is issued, under their last k-blocks and epilogue; 2 every task claims its
+  // successor as it starts (the worst case for the scheduler; tests). The environment variable
+  // KOSMOS_CLAIM_AHEAD=0|1|2, when set, overrides this (A/B measurements).
+  uint32_t claim_ahead = 1;
 };
 
 class GpuExecutor {

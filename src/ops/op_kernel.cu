@@ -39,6 +39,9 @@ struct RuntimeGemmWaiter {
     ctx->wait_counter(*task, c, plan::kWaitAll);  // on abort it returns; the run is failing anyway
     return true;
   }
+  // After the producer thread (thread 0) issued the task's last load: claim the CTA's next task
+  // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next).
+  __device__ __forceinline__ void loads_issued() const { ctx->claim_next(); }
 };
 
 struct OpBody {

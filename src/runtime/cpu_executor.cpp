@@ -1,9 +1,9 @@
 // CPU executor: the runtime protocol on host threads, one per virtual CTA.
 //
-// Same rules as the GPU loop (persistent_kernel.cuh): claims by one atomic ticket in plan order,
-// acquire-waits on counters scaled by the epoch, body, release-add signals. In stress mode the
-// order is a random valid topological order (re-drawn each run) and workers sleep at random
-// points (before claims, inside waits, before signalling) to shake out protocol bugs.
+// Same rules as the GPU loop (persistent_kernel.cuh): claims by one atomic ticket in plan order
+// (optionally one claimed ahead, CpuOptions::claim_ahead), acquire-waits on counters scaled by the
+// epoch, body, release-add signals. In stress mode the order is a random valid topological order
+// (re-drawn each run) and workers sleep at random points (before claims, inside waits, before signalling) to shake out protocol bugs.
 #include <chrono>
 #include <random>
 #include <sstream>
@@ -179,10 +179,13 @@ void CpuExecutor::worker_loop(uint32_t worker, const std::vector<uint32_t>& orde
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % (options_.max_delay_us + 1)));
   };
   const uint32_t n = uint32_t(order.size());
+  constexpr uint32_t kNotClaimed = 0xFFFFFFFFu;
+  uint32_t ahead = kNotClaimed;  // options_.claim_ahead: the slot claimed while the last task ran
   for (;;) {
     maybe_delay();
     if (abort_.load(std::memory_order_relaxed)) return;
-    const uint32_t slot = ticket_.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t slot = ahead != kNotClaimed ? ahead : ticket_.fetch_add(1, std::memory_order_relaxed);
+    ahead = kNotClaimed;
     if (slot >= n) return;
     const uint32_t idx = order[slot];
     const plan::Task& t = plan_.tasks[idx];
@@ -192,6 +195,10 @@ void CpuExecutor::worker_loop(uint32_t worker, const std::vector<uint32_t>& orde
       ok = wait_counter(t, worker, wt.counter, wt.value());  // deferred waits too: bodies here do not wait
     }
     if (!ok) return;
+    if (options_.claim_ahead) {
+      maybe_delay();
+      ahead = ticket_.fetch_add(1, std::memory_order_relaxed);
+    }
     const uint64_t start = now_ns();
     if (options_.audit) {
       audit_[idx].start_seq = seq_.fetch_add(1, std::memory_order_acq_rel);

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/basic_tasks.h"
@@ -173,6 +174,11 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   p.num_buffers = uint32_t(plan.buffers.size());
   p.watchdog_ns = uint64_t(options.watchdog_seconds * 1e9);
   p.sys_scope = 0;  // virtual ranks on one GPU; the multi-GPU transport sets .sys
+  p.claim_ahead = options.claim_ahead;
+  if (const char* env = std::getenv("KOSMOS_CLAIM_AHEAD"); env != nullptr && *env != '\0')
+    p.claim_ahead = uint32_t(std::strtoul(env, nullptr, 10));
+  KOSMOS_CHECK(p.claim_ahead <= kClaimAheadAlways, "GpuOptions::claim_ahead must be 0, 1 or 2 (got ", p.claim_ahead,
+               "; KOSMOS_CLAIM_AHEAD overrides it)");
   *out = std::move(ex);
   return Status::ok();
 }

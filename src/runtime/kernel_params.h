@@ -36,7 +36,7 @@ struct KernelParamsHeader {
   uint32_t num_buffers;
   uint64_t watchdog_ns;
   uint32_t sys_scope;           // 1: counters/buffers span GPUs, use .sys fences and atomics
-  uint32_t reserved;
+  uint32_t claim_ahead;         // ClaimAhead: 0 off, 1 bodies may claim their CTA's next task, 2 every task does (tests)
 };
 
 // The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:

@@ -2,7 +2,8 @@
 //
 // Per CTA (all threads; thread 0 is the scheduler thread):
 //   loop:
-//     thread 0: slot = first claim ? blockIdx.x : gridDim.x + atomicAdd(ticket, 1)
+//     thread 0: slot = claimed ahead ? that slot
+//                    : first claim ? blockIdx.x : gridDim.x + atomicAdd(ticket, 1)
 //                                                 -- claim the next task in plan order
 //               stop if slot >= num_tasks or the abort flag is set
 //     thread 0: for each wait: spin ld.acquire(counter) >= epoch * total + target  (watchdog)
@@ -16,6 +17,15 @@
 // all CTAs are co-resident (cooperative launch), so the lowest unfinished claimed task always has
 // its dependencies finished and makes progress.
 //
+// Claim-ahead: a body's thread 0 may call TaskContext::claim_next() once, when what is left of its
+// task no longer needs it (the GEMM producer: after its last TMA load). It takes the CTA's next
+// ticket then, and checks that task's waits once without spinning, so that the claim's atomic and
+// the dependent loads of the task, its waits and their counters overlap the body's tail instead of
+// sitting between two tasks. Still deadlock-free: a CTA holds at most one claimed-ahead task, and
+// only while its current task -- which has the lower slot -- runs; so the lowest unfinished claimed
+// task is never one held ahead (its holder's current task would be lower and unfinished), and it
+// makes progress as before.
+//
 // Shared memory: a few scalars static; the dynamic part belongs to the task bodies.
 #pragma once
 
@@ -27,6 +37,37 @@
 namespace kosmos::runtime {
 
 inline constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
+inline constexpr uint32_t kNotClaimed = 0xFFFFFFFEu;  // AheadClaim::slot: nothing claimed ahead
+
+// KernelParamsHeader::claim_ahead
+enum ClaimAhead : uint32_t {
+  kClaimAheadOff = 0,
+  kClaimAheadBodies = 1,  // bodies that call TaskContext::claim_next() (the GEMM tile) claim early
+  kClaimAheadAlways = 2,  // every task claims its successor as it starts (the worst case; tests)
+};
+
+// The CTA's claimed-ahead task (shared memory; written and read by thread 0 only).
+struct AheadClaim {
+  uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
+  uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
+};
+
+// Takes the next ticket and turns it into a slot (kNoSlot past the end). A complete run takes
+// exactly num_tasks tickets: every CTA that ran a task makes one failing claim at its end, and the
+// others were taken by successful claims. So the claim that takes ticket num_tasks - 1 is the run's
+// last: every other CTA has made its last claim (and read the epoch at entry; with claim-ahead some
+// may still run their last task, which reads neither again), and this one resets the ticket and
+// advances the epoch for the next launch. An aborted run stops claiming early and is reset by the
+// host's recovery (GpuExecutor::finish).
+__device__ __forceinline__ uint32_t claim_ticket(const KernelParamsHeader& p, uint64_t epoch) {
+  const uint32_t ticket = atomicAdd(&p.state->ticket, 1u);
+  if (ticket == p.num_tasks - 1) {
+    p.state->ticket = 0;
+    if (ld_relaxed_gpu(&p.state->abort) == 0u) p.state->epoch = epoch + 1;
+  }
+  const uint32_t slot = gridDim.x + ticket;
+  return slot < p.num_tasks ? slot : kNoSlot;
+}
 
 // What a task body sees of the runtime.
 struct TaskContext {
@@ -36,6 +77,7 @@ struct TaskContext {
   uint32_t sm_idx;
   uint32_t cta;
   int thread_idx;
+  AheadClaim* ahead = nullptr;  // shared memory; bodies only (null elsewhere)
 
   // Counters of one process's ranks are one flat array (no table load on the hop's critical path).
   __device__ __forceinline__ uint64_t* counter_ptr(uint32_t rank, uint32_t counter) const {
@@ -79,6 +121,24 @@ struct TaskContext {
   // into it this run.
   __device__ __forceinline__ bool counter_complete(const plan::Task& t, uint32_t counter) const {
     return load_counter(counter_ptr(t.rank, counter)) >= counter_expected(t, counter, plan::kWaitAll);
+  }
+
+  // Thread 0 of a body, at most once per task: claims the CTA's next task now (see the header).
+  // Non-blocking: one atomic, the task's wait list and one acquire load per wait, no spinning.
+  __device__ __forceinline__ void claim_next() const {
+    if (ahead == nullptr || p->claim_ahead == kClaimAheadOff || aborted()) return;
+    const uint32_t slot = claim_ticket(*p, epoch);
+    uint32_t ready = 1;
+    if (slot != kNoSlot) {
+      const plan::Task& next = p->tasks[slot];
+      for (uint32_t w = 0; w < next.num_waits && ready; ++w) {
+        const plan::Wait wt = p->waits[next.first_wait + w];
+        if (!wt.deferred())
+          ready = load_counter(counter_ptr(next.rank, wt.counter)) >= counter_expected(next, wt.counter, wt.value());
+      }
+    }
+    ahead->slot = slot;
+    ahead->ready = ready;
   }
 
   // Called by ONE thread. Spins until counter (of task t's rank) >= epoch*total + target.
@@ -184,6 +244,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   constexpr uint32_t kCachedSignals = 8;
   __shared__ uint32_t s_num_signals, s_first_signal;
   __shared__ plan::Signal s_signals[kCachedSignals];
+  __shared__ AheadClaim s_ahead;
   const int thread_idx = threadIdx.x;
 #ifdef KOSMOS_GEMM_PROBE  // diagnostic build (gemm_probe): kernel entry/exit times per CTA
   if (thread_idx == 0) kernels::gemm::probe::mark_kernel(0);
@@ -194,6 +255,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     if (blockIdx.x < p.num_tasks) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.tasks + blockIdx.x));
     s_epoch = *reinterpret_cast<volatile uint64_t*>(&p.state->epoch);
     s_claims = 0;
+    s_ahead.slot = kNotClaimed;
   }
   __syncthreads();
 
@@ -207,27 +269,15 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         none.id = kNoSlot;
         ctx.record_timeout(none, kNoSlot, 0, 0, 0, ErrorKind::kHostAbort);
       }
+      const AheadClaim ahead = s_ahead;
+      s_ahead.slot = kNotClaimed;
       if (!ctx.aborted()) {
         // The first claim of every CTA is slot blockIdx.x, the rest come from the ticket offset by
         // the grid: the same claims as if CTA i had won ticket i, without an atomic round trip on
         // the critical path of a one-wave plan.
-        if (claims == 0) {
-          slot = blockIdx.x;
-        } else {
-          const uint32_t ticket = atomicAdd(&p.state->ticket, 1u);
-          slot = gridDim.x + ticket;
-          // A complete run takes exactly num_tasks tickets: every CTA that ran a task makes one
-          // failing claim at its end, and the others were taken by successful claims. So the claim
-          // that takes ticket num_tasks - 1 is the run's last: every other CTA has finished its
-          // last task, and this one resets the ticket and advances the epoch (the next launch sees
-          // both; nothing in this run reads them again). An aborted run stops claiming early and
-          // is reset by the host's recovery (GpuExecutor::finish).
-          if (ticket == p.num_tasks - 1) {
-            p.state->ticket = 0;
-            if (ld_relaxed_gpu(&p.state->abort) == 0u) p.state->epoch = s_epoch + 1;
-          }
-        }
-        if (slot >= p.num_tasks) slot = kNoSlot;
+        if (ahead.slot != kNotClaimed) slot = ahead.slot;
+        else if (claims == 0) slot = blockIdx.x < p.num_tasks ? blockIdx.x : kNoSlot;
+        else slot = claim_ticket(p, s_epoch);
       }
       s_slot = slot;
       bool ok = slot != kNoSlot;
@@ -238,9 +288,16 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         s_num_signals = num_signals;
         s_first_signal = first_signal;
         for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) s_signals[s] = p.signals[first_signal + s];
-        for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
-          const plan::Wait wt = p.waits[task.first_wait + w];
-          if (!wt.deferred()) ok = ctx.wait_counter(task, wt.counter, wt.value());
+        if (!(ahead.slot == slot && ahead.ready)) {
+          for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
+            const plan::Wait wt = p.waits[task.first_wait + w];
+            if (!wt.deferred()) ok = ctx.wait_counter(task, wt.counter, wt.value());
+          }
+        }
+        if (ok && p.claim_ahead == kClaimAheadAlways) {
+          // Test mode: the successor is claimed before this task's body even starts.
+          const TaskContext ahead_ctx{&p, p.body, s_epoch, smid(), blockIdx.x, 0, &s_ahead};
+          ahead_ctx.claim_next();
         }
         s_start_ns = globaltimer_ns();
         if (ok && p.audit) {
@@ -275,7 +332,8 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
           asm volatile("" : "+l"(body_smem));
           int body_thread = thread_idx;
           asm volatile("" : "+r"(body_thread));
-          const TaskContext body_ctx{&p, p.body, s_epoch, smid(), blockIdx.x, body_thread};
+          const TaskContext body_ctx{&p, p.body, s_epoch, smid(), blockIdx.x, body_thread,
+                                     p.claim_ahead == kClaimAheadBodies ? &s_ahead : nullptr};
           Body::run(task, body_ctx, body_smem);
           break;
         }

@@ -37,6 +37,7 @@ TEST(GpuRuntime, ThousandRandomDagsUpTo100kTasks) {
     go.audit = true;
     go.watchdog_seconds = 20;
     if (rng() % 4 == 0) go.max_ctas = 1 + int(rng() % 264);  // also small grids
+    go.claim_ahead = (i % 2) ? 2 : 1;  // half the plans: every task claims its successor as it starts
     std::unique_ptr<GpuExecutor> ex;
     ASSERT_TRUE(GpuExecutor::create(p, go, &ex).is_ok());
     ASSERT_TRUE(ex->run(nullptr).is_ok());
@@ -44,7 +45,8 @@ TEST(GpuRuntime, ThousandRandomDagsUpTo100kTasks) {
     ASSERT_TRUE(s.is_ok()) << "plan " << i << ": " << s.to_string();
     std::vector<AuditRecord> audit;
     ASSERT_TRUE(ex->read_audit(&audit).is_ok());
-    ASSERT_EQ(test::check_audit(p, audit, 1), "") << "plan " << i << " tasks " << o.num_tasks << " grid " << ex->grid_size();
+    ASSERT_EQ(test::check_audit(p, audit, 1), "")
+        << "plan " << i << " tasks " << o.num_tasks << " grid " << ex->grid_size() << " claim_ahead " << go.claim_ahead;
     total += p.tasks.size();
   }
   std::printf("[gpu-dag] 1000 plans, %zu tasks\n", total);
@@ -86,11 +88,13 @@ TEST(GpuRuntime, CudaGraphReplayThousandTimes) {
 // The run's last claim (the one that takes ticket num_tasks - 1) resets the claim state and
 // advances the epoch. Fewer tasks than CTAs, as many, one more, many more; full and small grids;
 // three runs each (run r's waits need the epoch of run r: a missed or doubled advance hangs or
-// releases waits early, which the audit catches).
+// releases waits early, which the audit catches); with and without every task claiming ahead (then
+// the last ticket is taken while other CTAs still run their last task).
 TEST(GpuRuntime, EpochAdvancesOncePerRunForEveryTaskCountAndGrid) {
   SKIP_WITHOUT_GPU();
   for (uint32_t n : {1u, 2u, 131u, 132u, 133u, 528u, 529u, 5000u}) {
-    for (int max_ctas : {0, 1, 7}) {
+    for (int max_ctas : {0, 1, 7})
+    for (uint32_t claim_ahead : {1u, 2u}) {
       RandomDagOptions o;
       o.num_tasks = n;
       o.max_fan_in = 4;
@@ -100,6 +104,7 @@ TEST(GpuRuntime, EpochAdvancesOncePerRunForEveryTaskCountAndGrid) {
       GpuOptions go;
       go.audit = true;
       go.max_ctas = max_ctas;
+      go.claim_ahead = claim_ahead;
       go.watchdog_seconds = 10;
       std::unique_ptr<GpuExecutor> ex;
       ASSERT_TRUE(GpuExecutor::create(p, go, &ex).is_ok());

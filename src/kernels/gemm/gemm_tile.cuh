@@ -36,6 +36,7 @@
 // barriers 1 (384 threads: 256 consumer arrivals + 128 producer waits) and 2 (the 256 consumer
 // threads) once each at the end of every call. The staging area is private per warp (__syncwarp).
 // Hook: wait(m_block, k_block) is called by the single producer thread before each A k-block load,
+// and wait.loads_issued() (if the hook has it) once after the call's last load,
 // m_block = dense m block, or the GROUP index for grouped problems. If it returns bool, the
 // fence.proxy.async.global follows only when it returns true (it acquired something); if it
 // returns void the fence always follows.
@@ -459,6 +460,11 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
           KOSMOS_GEMM_NEXT(1);
         }
         __syncwarp();
+      }
+      // Every load of the call is issued: the hook may now use this thread for other work that
+      // overlaps the consumers' last k-blocks and epilogue (the runtime claims the next task).
+      if constexpr (requires { wait.loads_issued(); }) {
+        if (lane_idx == 0) wait.loads_issued();
       }
     }
     if constexpr (kSetMaxNReg) {
