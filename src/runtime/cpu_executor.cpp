@@ -3,7 +3,8 @@
 // Same rules as the GPU loop (persistent_kernel.cuh): claims by one atomic ticket in plan order
 // (optionally one claimed ahead, CpuOptions::claim_ahead), acquire-waits on counters scaled by the
 // epoch, body, release-add signals. In stress mode the order is a random valid topological order
-// (re-drawn each run) and workers sleep at random points (before claims, inside waits, before signalling) to shake out protocol bugs.
+// (re-drawn each run) and workers sleep at random points (before claims, inside waits, before
+// signalling) to shake out protocol bugs.
 #include <chrono>
 #include <random>
 #include <sstream>

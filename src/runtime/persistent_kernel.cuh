@@ -117,10 +117,13 @@ struct TaskContext {
     return p->sys_scope ? ld_acquire_sys(c) : ld_acquire_gpu(c);
   }
 
-  // One acquire load, no spinning: whether counter (of task t's rank) holds everything signalled
-  // into it this run.
+  // One acquire load, no spinning: whether counter (of task t's rank) has reached `target` of this
+  // run (counter_complete: everything signalled into it this run).
+  __device__ __forceinline__ bool counter_reached(const plan::Task& t, uint32_t counter, uint32_t target) const {
+    return load_counter(counter_ptr(t.rank, counter)) >= counter_expected(t, counter, target);
+  }
   __device__ __forceinline__ bool counter_complete(const plan::Task& t, uint32_t counter) const {
-    return load_counter(counter_ptr(t.rank, counter)) >= counter_expected(t, counter, plan::kWaitAll);
+    return counter_reached(t, counter, plan::kWaitAll);
   }
 
   // Thread 0 of a body, at most once per task: claims the CTA's next task now (see the header).
@@ -133,8 +136,7 @@ struct TaskContext {
       const plan::Task& next = p->tasks[slot];
       for (uint32_t w = 0; w < next.num_waits && ready; ++w) {
         const plan::Wait wt = p->waits[next.first_wait + w];
-        if (!wt.deferred())
-          ready = load_counter(counter_ptr(next.rank, wt.counter)) >= counter_expected(next, wt.counter, wt.value());
+        if (!wt.deferred()) ready = counter_reached(next, wt.counter, wt.value());
       }
     }
     ahead->slot = slot;

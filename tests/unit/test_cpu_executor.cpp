@@ -16,6 +16,18 @@ using namespace kosmos;
 using namespace kosmos::plan;
 using namespace kosmos::runtime;
 
+// A random DAG for the stress tests: log-uniform size in [1, max_tasks] (max_tasks when `full`),
+// fan-in up to 8, 1-4 ranks, half of them with a claim window of 16.
+static RandomDagOptions stress_dag_options(std::mt19937_64& rng, uint32_t max_tasks, bool full) {
+  RandomDagOptions o;
+  o.num_tasks = full ? max_tasks
+                     : std::max(1u, uint32_t(std::exp(std::uniform_real_distribution<double>(0, std::log(double(max_tasks)))(rng))));
+  o.max_fan_in = 8;
+  o.world = 1 + uint32_t(rng() % 4);
+  o.window = (rng() & 1) ? 16 : 0;
+  return o;
+}
+
 // >= 10,000 random DAG plans: up to 10k tasks, fan-in up to 8, 2-64 virtual CTAs, random delays
 // and random valid claim orders. Every task runs exactly once and after its dependencies.
 TEST(CpuExecutor, TenThousandRandomDagsStress) {
@@ -24,13 +36,8 @@ TEST(CpuExecutor, TenThousandRandomDagsStress) {
   size_t total_tasks = 0;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kPlans; ++i) {
-    RandomDagOptions o;
-    // log-uniform sizes in [1, 10000]; every 500th plan has the full 10k tasks
-    o.num_tasks = (i % 500 == 0) ? 10000 : uint32_t(std::exp(std::uniform_real_distribution<double>(0, std::log(10000.0))(rng)));
-    o.num_tasks = std::max(1u, o.num_tasks);
-    o.max_fan_in = 8;
-    o.world = 1 + uint32_t(rng() % 4);
-    o.window = (rng() & 1) ? 16 : 0;
+    // every 500th plan has the full 10k tasks
+    const RandomDagOptions o = stress_dag_options(rng, 10000, i % 500 == 0);
     Plan p;
     ASSERT_TRUE(make_random_dag(o, rng(), &p).is_ok());
     CpuOptions co;
@@ -58,11 +65,7 @@ TEST(CpuExecutor, TenThousandRandomDagsStress) {
 TEST(CpuExecutor, ClaimAheadRandomDagsStress) {
   std::mt19937_64 rng(20261203);
   for (int i = 0; i < 2000; ++i) {
-    RandomDagOptions o;
-    o.num_tasks = std::max(1u, uint32_t(std::exp(std::uniform_real_distribution<double>(0, std::log(3000.0))(rng))));
-    o.max_fan_in = 8;
-    o.world = 1 + uint32_t(rng() % 4);
-    o.window = (rng() & 1) ? 16 : 0;
+    const RandomDagOptions o = stress_dag_options(rng, 3000, false);
     Plan p;
     ASSERT_TRUE(make_random_dag(o, rng(), &p).is_ok());
     CpuOptions co;
