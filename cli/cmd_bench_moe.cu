@@ -521,7 +521,7 @@ void add_bench_moe(CLI::App& bench) {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing;
     int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, bwd_run = 0, dx_lag = 0;
     int64_t tokens = 4096;
-    bool backward = false, skip_cublas = false, phase_times = false;
+    bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "deepseek-v3 (H 7168, I 2048, 32 experts per rank) | qwen3-235b (H 4096, I 1536, E 128)")
@@ -535,6 +535,9 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--json", o->json, "Write results as JSON here");
   cmd->add_option("--trace-svg", o->trace_svg, "Record a trace of one fused run and write it as SVG");
   cmd->add_flag("--backward", o->backward, "Benchmark the backward pass (world <= 8) instead of the forward");
+  cmd->add_flag("--save-activations", o->save_activations,
+                "With --backward: training mode -- the forward keeps x rows and GEMM1's pre-activation, the backward "
+                "moves only dy and skips the h1 recompute (also times that forward and the step)");
   cmd->add_option("--dump-routing", o->dump_routing,
                   "Write the routing (per rank ids [T,k], weights [T,k]) and shapes as JSON here (no GPU needed)");
   cmd->add_option("--gemm2-lag", o->gemm2_lag,
@@ -565,6 +568,9 @@ void add_bench_moe(CLI::App& bench) {
     if (cfg.trace)  // the runners record a trace on every fused run: the timed ones too
       std::fprintf(stderr, "[bench moe] --trace-svg: every fused run records its trace, so the times include tracing\n");
     cfg.backward = o->backward;
+    if (o->save_activations && !o->backward)
+      throw Error(Status(StatusCode::kInvalidArgument, "bench moe: --save-activations needs --backward"));
+    cfg.save_activations = o->save_activations;
     cfg.gemm2_lag = o->gemm2_lag;
     cfg.gemm1_run = o->gemm1_run;
     cfg.gemm2_run = o->gemm2_run;
@@ -714,6 +720,11 @@ void add_bench_moe(CLI::App& bench) {
       std::printf(" sum %.3f ms\n", sum);
     };
     if (o->backward) {
+      if (cfg.save_activations) {  // the backward reads what this forward saves
+        std::fprintf(stderr, "[bench moe] forward (saving activations)...\n");
+        throw_if_error(L->run_composition(true, s));
+        throw_if_error(L->finish(s));
+      }
       std::fprintf(stderr, "[bench moe] backward: verifying...\n");
       auto poison_grads = [&] {
         for (int r = 0; r < W; ++r)
@@ -770,10 +781,16 @@ void add_bench_moe(CLI::App& bench) {
       throw_if_error(L->finish(s));
       throw_if_error(time_median_ms(s, o->reps, [&] { return L->run_backward_composition(false, s); }, &t_unfused));
       throw_if_error(L->finish(s));
+      double t_forward = 0;  // --save-activations: the saving forward, timed after the backward (it rewrites what it saved)
+      if (cfg.save_activations) {
+        throw_if_error(time_median_ms(s, o->reps, [&] { return L->run_composition(true, s); }, &t_forward));
+        throw_if_error(L->finish(s));
+      }
       const nlohmann::json phases = o->phase_times ? time_phases(true) : nlohmann::json();
       const double rows = double(W) * T * k;
       const double gemm1 = 2.0 * rows * double(H) * 2 * I, gemm2 = 2.0 * rows * double(I) * H;
-      const double flops = 2.0 * (gemm1 + gemm2) + gemm1;  // dX + dGU, dA' + dD, recomputed h1
+      // dX + dGU, dA' + dD, and the recomputed h1 unless the forward saved it
+      const double flops = 2.0 * (gemm1 + gemm2) + (cfg.save_activations ? 0.0 : gemm1);
       std::printf("moe backward %s W=%d T=%ld H=%ld I=%ld E=%d k=%d routing=%s (virtual ranks on one GPU)\n", o->model.c_str(), W,
                   T, H, I, E, k, o->routing.c_str());
       std::printf("  %s\n", L->describe().c_str());
@@ -782,7 +799,15 @@ void add_bench_moe(CLI::App& bench) {
         std::printf("  %-46s %10.3f %10.1f %10.3f\n", name, ms, flops / (ms * 1e-3) / 1e12, ms / t_fused);
       };
       line("fused backward (kosmos, one launch)", t_fused);
-      line("unfused backward (same kernels, 7 launches)", t_unfused);
+      const std::string unfused_name =
+          "unfused backward (same kernels, " + std::to_string(L->phase_names(true).size()) + " launches)";
+      line(unfused_name.c_str(), t_unfused);
+      if (cfg.save_activations) {
+        std::printf("  %-46s %10.3f %10.1f\n", "forward saving activations (one launch)", t_forward,
+                    (gemm1 + gemm2) / (t_forward * 1e-3) / 1e12);
+        std::printf("  %-46s %10.3f %10.1f\n", "training step: that forward + fused backward", t_forward + t_fused,
+                    3.0 * (gemm1 + gemm2) / ((t_forward + t_fused) * 1e-3) / 1e12);
+      }
       std::printf("  bitwise fused==unfused (dx, d_weights, dGateUp, dDown of every rank): %s; rel.err of dx, d_weights vs "
                   "fp64 (3 tokens of rank 0) %.2e\n",
                   bitwise ? "yes" : "no", rel);
@@ -794,6 +819,11 @@ void add_bench_moe(CLI::App& bench) {
         j["fused_tflops"] = flops / (t_fused * 1e-3) / 1e12;
         j["unfused_tflops"] = flops / (t_unfused * 1e-3) / 1e12;
         j["bitwise_fused_eq_unfused"] = bitwise;
+        j["save_activations"] = cfg.save_activations;
+        if (cfg.save_activations) {
+          j["forward_saving_ms"] = t_forward;
+          j["step_ms"] = t_forward + t_fused;
+        }
         j["rel_err_vs_fp64"] = rel;
         j["trace_enabled"] = cfg.trace;
         if (o->phase_times) j["unfused_phase_ms"] = phases;

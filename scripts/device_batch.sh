@@ -59,12 +59,13 @@ for s in "${steps[@]}"; do
       $bin/kosmos bench tp --model llama3-8b --op gemm_rs --world 8 --reps 3 --trace-svg "$out/trace-gemm-rs-w8.svg" > /dev/null 2>&1
       ;;
     bench-moe)
-      # spec: model:tokens:world[:backward]
+      # spec: model:tokens:world[:b (backward) | :bs (backward after a forward that saved its activations)]
       moe_specs=${MOE_SPECS:-"qwen3-235b:128:1 qwen3-235b:4096:1 deepseek-v3:128:1 deepseek-v3:4096:1 qwen3-235b:4096:8"}
       for spec in $moe_specs; do
         set -- ${spec//:/ }
-        name="moe-$1-t$2-w$3${4:+-bwd}"
-        $bin/kosmos bench moe --model $1 --tokens $2 --world $3 ${4:+--backward} --json "$out/$name.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-moe.log"
+        name="moe-$1-t$2-w$3${4:+-bwd}$([ "${4:-}" = bs ] && echo -saved)"
+        $bin/kosmos bench moe --model $1 --tokens $2 --world $3 ${4:+--backward} $([ "${4:-}" = bs ] && echo --save-activations) \
+          --json "$out/$name.json" 2>&1 | grep -v "^\[bench" | tee -a "$out/bench-moe.log"
       done ;;
     baselines)
       # torch._grouped_mm pipelines on the same routing / group sizes as our benches (W = 1)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstring>
 #include <random>
 #include <string>
@@ -161,13 +162,18 @@ inline std::string check_moe(MoeLayer& L, MoeHost& h, double tol = 1e-2, int onl
 // ---- backward ----------------------------------------------------------------------------------
 
 // Poisons every buffer the backward writes (outputs and workspaces, padding rows included).
-// only_rank >= 0: a distributed layer; only that rank's buffers.
-inline void poison_backward(MoeLayer& L, int only_rank = -1) {
+// only_rank >= 0: a distributed layer; only that rank's buffers. keep_saved: not what a forward
+// with MoeConfig::save_activations left for the backward (routing workspaces, layout, recv_x,
+// recv_w, h1).
+inline void poison_backward(MoeLayer& L, int only_rank = -1, bool keep_saved = false) {
   const MoeConfig& c = L.config();
   for (MoeBuffer b : {MoeBuffer::kCounts, MoeBuffer::kRoute, MoeBuffer::kLayout, MoeBuffer::kRecvX, MoeBuffer::kRecvW,
                       MoeBuffer::kAct, MoeBuffer::kOut, MoeBuffer::kDx, MoeBuffer::kDWeights, MoeBuffer::kDGateUp,
                       MoeBuffer::kDDown, MoeBuffer::kRecvDy, MoeBuffer::kH1, MoeBuffer::kDAct, MoeBuffer::kDH1,
                       MoeBuffer::kRecvDw}) {
+    if (keep_saved && (b == MoeBuffer::kCounts || b == MoeBuffer::kRoute || b == MoeBuffer::kLayout ||
+                       b == MoeBuffer::kRecvX || b == MoeBuffer::kRecvW || b == MoeBuffer::kH1))
+      continue;
     const size_t bytes = L.buffer_bytes(b);
     std::vector<uint8_t> v(bytes, 0xFF);
     for (int r = 0; r < c.world; ++r)
@@ -362,6 +368,59 @@ inline MoeConfig moe_config(int W, int64_t T, int64_t H, int64_t I, int E, int k
   c.cpu = cpu;
   if (cpu) c.watchdog_seconds = 60;  // host threads on a 2-core CI machine can be slow
   return c;
+}
+
+
+// MoeConfig::save_activations against the self-contained backward, on the same inputs: the saving
+// forward's y equals the plain forward's bit for bit (only the receive rows move), its backward's
+// gradients equal the recomputing backward's bit for bit (h1 is the same GEMM's accumulator, stored
+// by GEMM1's epilogue instead of recomputed), fused == unfused, run twice (the backward leaves the
+// saved activations intact), and against fp64. "" when all hold, else what failed.
+inline std::string check_saved_activations(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing,
+                                           bool cpu, uint64_t seed, cudaStream_t st = nullptr) {
+  MoeConfig a = moe_config(W, T, H, I, E, k, cpu);
+  a.backward = true;
+  MoeConfig b = a;
+  b.save_activations = true;
+  std::unique_ptr<MoeLayer> A, B;
+  if (Status s = MoeLayer::plan(a, &A); !s) return "plan (recompute): " + s.to_string();
+  if (Status s = MoeLayer::plan(b, &B); !s) return "plan (save_activations): " + s.to_string();
+  const std::string what = " [W=" + std::to_string(W) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+                           " I=" + std::to_string(I) + " E=" + std::to_string(E) + " k=" + std::to_string(k) + " " +
+                           routing_name(routing) + "; " + B->describe() + "]";
+  MoeHost ha{a}, hb{b};
+  fill_moe_backward(*A, ha, seed, routing);
+  fill_moe_backward(*B, hb, seed, routing);
+  Status s = B->run_backward(st);
+  if (s.is_ok() || s.message().find("no forward has run") == std::string::npos)
+    return "backward before any forward: expected a named error, got " + s.to_string() + what;
+  auto run = [&](MoeLayer& L, Status st_run) -> std::string {
+    if (!st_run) return st_run.to_string();
+    if (Status f = L.finish(st); !f) return f.to_string();
+    return "";
+  };
+  if (auto e = run(*A, A->run_composition(true, st)); !e.empty()) return "forward (recompute layer): " + e + what;
+  if (auto e = run(*B, B->run_composition(true, st)); !e.empty()) return "forward (saving): " + e + what;
+  for (int r = 0; r < W; ++r)
+    if (read_y(*A, r) != read_y(*B, r)) return "y of rank " + std::to_string(r) + " differs between the plain and the saving forward" + what;
+  if (auto e = check_moe(*B, hb); !e.empty()) return "saving forward vs fp64: " + e + what;
+  if (B->phase_names(true).size() != 5) return "saved backward: expected 5 unfused launches (no route, offsets)" + what;
+  if (auto e = run(*A, A->run_backward_composition(true, st)); !e.empty()) return "backward (recompute): " + e + what;
+  for (int rep = 0; rep < 2; ++rep)
+    if (auto e = run(*B, B->run_backward_composition(true, st)); !e.empty()) return "backward (saved): " + e + what;
+  if (auto e = check_moe_backward(*B, hb); !e.empty()) return "saved backward vs fp64: " + e + what;
+  std::vector<MoeGradsOut> fused(W);
+  for (int r = 0; r < W; ++r) {
+    fused[r] = read_grads(*B, r);
+    if (!(fused[r] == read_grads(*A, r)))
+      return "gradients of rank " + std::to_string(r) + " differ between the saved and the recomputing backward" + what;
+  }
+  poison_backward(*B, -1, true);
+  if (auto e = run(*B, B->run_backward_composition(false, st)); !e.empty()) return "unfused backward (saved): " + e + what;
+  for (int r = 0; r < W; ++r)
+    if (!(read_grads(*B, r) == fused[r]))
+      return "saved backward: fused gradients of rank " + std::to_string(r) + " differ from the unfused composition" + what;
+  return "";
 }
 
 }  // namespace kosmos::test

@@ -3,7 +3,8 @@
 // grouped GEMM2 (down, router-weight row scale) -> combine. Backward (MoeConfig::backward):
 // route -> offsets -> dispatch (x and dy rows) -> recompute h1 and dA' = dy · downᵀ (grouped) ->
 // SwiGLU backward + router-weight gradient -> dX = dH1 · gate_upᵀ (grouped) and the weight
-// gradients (grouped-K GEMMs) -> combine dx and d weights (docs/design/moe.md).
+// gradients (grouped-K GEMMs) -> combine dx and d weights (docs/design/moe.md). With
+// MoeConfig::save_activations the forward keeps x rows and h1 and the backward skips both.
 //
 // World W, rank r; T tokens per rank, k slots per token (top-k), E experts, L = E / W per rank
 // (expert e lives on rank e / L), H hidden, I expert intermediate. bf16 in/out, fp32 accumulation.
@@ -86,6 +87,12 @@ struct MoeConfig {
   // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).
   int backward_dx_lag = 0;
   bool backward = false;  // also plan the backward pass (its buffers, W <= 8: five GEMMs per rank)
+  // Training (needs backward): the forward keeps what the backward needs -- received x rows and
+  // weights, the layout, and GEMM1's pre-activation h1 (its epilogue stores it beside the SwiGLU
+  // output) -- in the backward's padded rows; run_backward then moves only dy and skips the h1
+  // recompute (a quarter of its FLOPs). run_backward uses the LAST forward run's activations (an
+  // error before the first one). Gradients are bit for bit those of the self-contained backward.
+  bool save_activations = false;
 };
 
 struct MoeBufferInfo {
@@ -117,7 +124,10 @@ class MoeLayer {
   Status run_composition(bool fused, cudaStream_t stream = nullptr);  // fused: 1 launch; else 6
   // Backward (cfg.backward): fill kX, kIds, kWeights, kGateUp, kDown, kDy; read kDx, kDWeights,
   // kDGateUp, kDDown. Self-contained: it routes and recomputes the forward's pre-activation, so it
-  // needs no forward run. fused: 1 launch; else the same tasks as 7 launches.
+  // needs no forward run. fused: 1 launch; else the same tasks as 7 launches. With
+  // cfg.save_activations it reads the last forward's saved activations and routing instead (kX,
+  // kWeights and kIds must be those of that forward) and recomputes nothing: no route / offsets
+  // tasks, dy rows dispatched, no h1 GEMM (the unfused composition is then 5 launches).
   Status run_backward(cudaStream_t stream = nullptr);
   Status run_backward_composition(bool fused, cudaStream_t stream = nullptr);
   Status finish(cudaStream_t stream = nullptr);

@@ -44,7 +44,7 @@ void offsets_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup,
   const int32_t* counts = buf<int32_t>(lookup, ctx, kMoeCounts, r);
   int32_t* layout = buf<int32_t>(lookup, ctx, kMoeLayout, r);
   int32_t *group_m = layout, *group_offset = layout + L, *send_off = layout + 2 * L;
-  const int32_t align = (a.flags & kMoeFlagBackward) ? kMoeRowAlign : 1;
+  const int32_t align = (a.flags & (kMoeFlagBackward | kMoeFlagPadRows)) ? kMoeRowAlign : 1;
   int32_t base = 0;  // first row of expert e in its owner's receive buffer (resets per owner)
   for (uint32_t e = 0; e < E; ++e) {
     if (e % L == 0) base = 0;
@@ -80,8 +80,9 @@ void dispatch_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup
     for (int32_t i = slice; i < cnt[e]; i += num_slices) {
       const int32_t entry = perm[start[e] + i];
       const size_t row = size_t(send_off[e] + i);
-      std::memcpy(recv_x + row * H, x + size_t(entry / a.top_k) * H, size_t(H) * 2);
       if (backward) std::memcpy(recv_dy + row * H, dy + size_t(entry / a.top_k) * H, size_t(H) * 2);
+      if (backward && (a.flags & kMoeFlagDyOnly)) continue;  // x rows and weights: the forward's
+      std::memcpy(recv_x + row * H, x + size_t(entry / a.top_k) * H, size_t(H) * 2);
       recv_w[row] = w[entry];
     }
 }

@@ -130,7 +130,7 @@ __device__ __forceinline__ void offsets(const plan::Task& t, const MoeArgs& a, c
   }
   __syncthreads();
   if (ctx.thread_idx == 0) {  // prefix per owner (E <= 256 shared-memory steps)
-    const int32_t align = (a.flags & kMoeFlagBackward) ? kMoeRowAlign : 1;
+    const int32_t align = (a.flags & (kMoeFlagBackward | kMoeFlagPadRows)) ? kMoeRowAlign : 1;
     int32_t base = 0;
     for (uint32_t e = 0; e < E; ++e) {
       if (e % L == 0) base = 0;
@@ -162,6 +162,10 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
   const bool backward = (a.flags & kMoeFlagBackward) != 0;
   const uint4* dy = backward ? static_cast<const uint4*>(ctx.buffer(kMoeDy, s)) : nullptr;
   uint4* recv_dy = backward ? static_cast<uint4*>(ctx.buffer(kMoeRecvDy, d)) : nullptr;
+  // kMoeFlagDyOnly: x rows and weights are where the forward left them; only dy moves.
+  const bool dy_only = backward && (a.flags & kMoeFlagDyOnly) != 0;
+  const uint4* src_rows = dy_only ? dy : x;
+  uint4* dst_rows = dy_only ? recv_dy : recv_x;
   const uint32_t vecs = H / 8;
   // Rows i of the experts [b, c) with i % num_slices == slice, one warp per row.
   const int32_t slice = int32_t((a.a >> 16) & 0xFFu), num_slices = int32_t(max(1u, a.a >> 24));
@@ -172,8 +176,8 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
     for (int32_t m = (warp_idx - row_base % num_warps + num_warps) % num_warps; m < mine; m += num_warps) {
       const int32_t i = slice + m * num_slices;
       const int32_t entry = __ldcg(perm + first + i);
-      const uint4* src = x + size_t(entry / a.top_k) * vecs;
-      uint4* dst = recv_x + size_t(off + i) * vecs;
+      const uint4* src = src_rows + size_t(entry / a.top_k) * vecs;
+      uint4* dst = dst_rows + size_t(off + i) * vecs;
       uint32_t v = lane_idx;
       for (; v + 96 < vecs; v += 128) {
         const uint4 v0 = src[v], v1 = src[v + 32], v2 = src[v + 64], v3 = src[v + 96];
@@ -183,6 +187,7 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
         dst[v + 96] = v3;
       }
       for (; v < vecs; v += 32) dst[v] = src[v];
+      if (dy_only) continue;
       if (backward) {
         const uint4* src_dy = dy + size_t(entry / a.top_k) * vecs;
         uint4* dst_dy = recv_dy + size_t(off + i) * vecs;

@@ -26,7 +26,8 @@
 //   kDGateUp [L, H, 2I]        bf16   dGU, SwiGLU-interleaved like kGateUp
 //   kDDown   [L, I, H]         bf16   dD
 //   kRecvDy  [rows_pad, H]     bf16   received dy rows (same rows as kRecvX)
-//   kH1      [rows_pad, 2I]    bf16   recomputed pre-activation recv_x · gate_up (interleaved)
+//   kH1      [rows_pad, 2I]    bf16   pre-activation recv_x · gate_up (interleaved): recomputed, or
+//                                     saved by the forward's GEMM1 (MoeConfig::save_activations)
 //   kDAct    [rows_pad, I]     bf16   dA' = recv_dy · downᵀ (not scaled by w)
 //   kDH1     [rows_pad, 2I]    bf16   dH1 = SwiGLU'(h1) ⊙ (w · dA'), interleaved
 //   kRecvDw  [rows_pad]        fp32   <dA', act> per received row (the router-weight gradient)
@@ -97,6 +98,8 @@ inline constexpr uint32_t kMaxTopK = 16;     // slots per token
 inline constexpr uint32_t kMaxMoeExperts = 256;  // E (route's prefix: 8 experts per lane)
 inline constexpr int32_t kMoeRowAlign = 64;        // backward: group offsets padded to the GEMM k block
 inline constexpr uint32_t kMoeFlagBackward = 1u;   // MoeArgs::flags, see above
+inline constexpr uint32_t kMoeFlagPadRows = 2u;    // forward with saved activations: offsets pad as the backward's
+inline constexpr uint32_t kMoeFlagDyOnly = 4u;     // backward after such a forward: dispatch moves dy rows only
 inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per task
 
 // Payload of every MoE kind (a, b, c: kind-specific, see above).
@@ -106,7 +109,10 @@ inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per
 //   combine:  b = first token, c = one past the last token
 //   swiglu_backward: a = first slot, b = number of slots (<= kMoeSlotsPerTaskMax)
 // flags (kMoeFlagBackward): offsets pad group offsets; dispatch also moves dy rows; combine sums
-// kOut into kDx and gathers kRecvDw into kDWeights.
+// kOut into kDx and gathers kRecvDw into kDWeights. kMoeFlagPadRows (forward of a layer with
+// MoeConfig::save_activations): offsets pad as the backward does, so recv_x, recv_w and the GEMM1
+// pre-activation kH1 land in the backward's rows. kMoeFlagDyOnly (with kMoeFlagBackward, the
+// backward after such a forward): dispatch moves the dy rows only.
 struct MoeArgs {
   uint32_t tokens;        // T
   uint32_t hidden;        // H

@@ -11,7 +11,7 @@
 //   counts      total W        every route(s) signals every rank
 //   layout      total 1        offsets(r) (padded layout)
 //   arrive_all  total #dispatch tasks into r;  arrive[l] total W   (as in the forward)
-//   g1run[i]    total nH1 + nDA  H1 and dA' tiles of slot run i
+//   g1run[i]    total nH1 + nDA  H1 and dA' tiles of slot run i (nH1 = 0 with save_activations)
 //   ew[i]       total 1        swiglu_backward(d, run i)
 //   ew_all      total #runs    every swiglu_backward of the rank
 //   dx_done     total W * #dX tasks per rank: every dX task signals every source rank
@@ -47,7 +47,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   const int64_t rows = backward_rows(cfg);
   DirectionPlan& dp = *out;
   dp.name = "moe_backward";
-  dp.phase_names = {"route", "offsets", "dispatch", "H1 + dA'", "swiglu_backward", "dX + dDown + dGateUp", "combine"};
+  // save_activations: the forward left recv_x, recv_w and h1 in these rows and its routing and
+  // layout in place; no route / offsets task, dispatch moves dy only and no H1 tile is planned
+  // (problem 5d + kH1 stays in the list, unused, so the indices hold). The unfused composition then
+  // has 5 launches (empty phases are left out).
+  const bool saved = cfg.save_activations;
+  dp.phase_names = {"route", "offsets", saved ? "dispatch (dy)" : "dispatch", saved ? "dA'" : "H1 + dA'", "swiglu_backward",
+                    "dX + dDown + dGateUp", "combine"};
   static_assert(kNumPhases == 7, "one name per phase");
 
   uint32_t c_next = 0;
@@ -123,8 +129,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
   // Runs and claim groups as the forward's GEMM1 (slot_raster), from H1 (the same operands).
   const bool decode = decode_regime(cfg);
-  const SlotRaster raster = slot_raster(pp[kH1], int64_t(T) * k, est_tiles, pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles,
-                                       int(W), ctas / int(W), decode, cfg.backward_run);
+  const int g1_n_tiles = (saved ? 0 : pp[kH1].num_n_tiles) + pp[kDAct].num_n_tiles;  // per slot run
+  const SlotRaster raster = slot_raster(pp[kH1], int64_t(T) * k, est_tiles, g1_n_tiles, int(W), ctas / int(W), decode,
+                                       cfg.backward_run);
   const uint32_t run = raster.run;
   const SlotRuns runs = make_slot_runs(uint32_t(slots), run, est_tiles);  // one swiglu_backward task per run
   const SlotSteps steps{runs, raster.group};
@@ -137,27 +144,35 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
 
   // ---- tasks ----------------------------------------------------------------------------------
   auto moe_args = [&](uint32_t a, uint32_t b, uint32_t c) {
-    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, I, kernels::kMoeFlagBackward};
+    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, I,
+                            kernels::kMoeFlagBackward | (saved ? kernels::kMoeFlagDyOnly : 0u)};
   };
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
-  add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
-  auto gemm1 = [&](uint32_t d, uint32_t s) {  // H1 and dA' tiles of step s, n-major over its runs
-    for (int j : {kH1, kDAct})
+  add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add,
+                  saved);
+  // Every later task reads the layout: it waits for offsets, unless the forward left it (saved).
+  auto wait_layout = [&](TaskRec& t) {
+    if (!saved) t.waits.push_back({c_layout, 1});
+  };
+  auto gemm1 = [&](uint32_t d, uint32_t s) {  // H1 (unless saved) and dA' tiles of step s, n-major over its runs
+    for (int j : {kH1, kDAct}) {
+      if (j == kH1 && saved) continue;
       steps.for_each_tile(s, pp[j].num_n_tiles, [&](uint32_t ri, int nb) {
         const GemmTileArgs a = steps.tile_args(kNumProblems * d + uint32_t(j), ri, nb);
         TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);
-        t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
+        wait_layout(t);  // the tile maps slots through group_m at its start
         t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
         t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
       });
+    }
   };
   auto swiglu = [&](uint32_t d, uint32_t s) {
     for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
       const auto a = moe_args(runs.start(ri), runs.count(ri), 0);
       TaskRec& t = add(TaskKind::kMoeSwigluBackward, d, &a, sizeof(a), kSwiglu);
-      t.waits.push_back({c_layout, 1});
+      wait_layout(t);
       t.waits.push_back({c_g1run + ri, plan::kWaitAll});
       t.signals.push_back({c_ew + ri, uint16_t(d), 1});
       t.signals.push_back({c_ew_all, uint16_t(d), 1});
@@ -167,7 +182,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     steps.for_each_tile(s, pp[kDX].num_n_tiles, [&](uint32_t ri, int nb) {
       const GemmTileArgs a = steps.tile_args(kNumProblems * d + kDX, ri, nb);
       TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
-      t.waits.push_back({c_layout, 1});
+      wait_layout(t);
       t.waits.push_back({c_ew + ri, plan::kWaitAll});
       for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_dx_done, uint16_t(r), 1});
     });
@@ -179,7 +194,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   // they wait for, a task of ~135 us at DeepSeek shapes: 29 % of the SM time of the fused backward
   // was idle, and it ran 14 % slower than the unfused composition.)
   const uint32_t num_steps = steps.size();
-  const int64_t g1_tiles_per_step = int64_t(W) * (pp[kH1].num_n_tiles + pp[kDAct].num_n_tiles) * raster.group;
+  const int64_t g1_tiles_per_step = int64_t(W) * g1_n_tiles * raster.group;
   const int64_t tasks_per_step = g1_tiles_per_step + int64_t(W) * (1 + pp[kDX].num_n_tiles) * raster.group;
   const uint32_t lag = two_waves_of_steps(ctas, g1_tiles_per_step);
   // dX after swiglu_backward: about two waves later in the decode regime (an expert gets at most
@@ -216,7 +231,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
       for (uint32_t d = 0; d < W; ++d) {
         const GemmTileArgs a = ops::tile_args(kNumProblems * d + uint32_t(j), r);
         TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
-        t.waits.push_back({c_layout, 1});
+        wait_layout(t);
         t.waits.push_back({c_ew_all, plan::kWaitAll});
       }
   }
@@ -226,7 +241,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     for (uint32_t s = 0; s < W; ++s) {
       const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
       TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kCombine);
-      t.waits.push_back({c_layout, 1});
+      wait_layout(t);
       t.waits.push_back({c_dx_done, plan::kWaitAll});
     }
 
@@ -236,7 +251,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   os << "moe_backward: " << dp.tasks.size() << " tasks (" << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch, "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (from slot " << runs.head_end << " runs of " << runs.tail
      << "), claimed in groups of " << raster.group << " runs (" << raster.describe << "); n tiles H1 "
-     << pp[kH1].num_n_tiles << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
+     << (saved ? std::string("0 (saved by the forward)") : std::to_string(pp[kH1].num_n_tiles)) << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "
      << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later], "

@@ -156,6 +156,8 @@ Status validate(const MoeConfig& c) {
   KOSMOS_CHECK(c.gemm2_lag >= 0, "MoE gemm2_lag = ", c.gemm2_lag, ", expected 0 (chosen) or a positive run count");
   KOSMOS_CHECK(int64_t(c.world) * c.tokens * c.top_k < (int64_t(1) << 31), "MoE receive rows W*T*k = ",
                int64_t(c.world) * c.tokens * c.top_k, " exceed 2^31");
+  KOSMOS_CHECK(!c.save_activations || c.backward,
+               "MoE save_activations keeps the forward's activations for the backward: it needs backward = true");
   if (c.backward) {
     KOSMOS_CHECK(c.world <= int(ops::kMaxGemmProblems / 5), "MoE backward world = ", c.world, ", expected 1..",
                  ops::kMaxGemmProblems / 5, " (five grouped GEMMs per rank in one launch)");
@@ -181,6 +183,7 @@ struct MoeLayer::Impl {
   std::vector<std::string> labels, backward_labels;  // per fused task: kind, or "gemm <problem>"
   std::vector<std::string> phase_names, backward_phase_names;  // per unfused launch
   std::string summary;
+  bool forward_ran = false;  // save_activations: a forward has left its activations for run_backward
   const DistributedContext* dist_or_null() const { return distributed ? &dist : nullptr; }
 };
 
@@ -197,7 +200,7 @@ Status launch(const DistributedContext* dist, ops::OpRunner& runner, cudaStream_
 Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, const DistributedContext* dist,
                     const ops::RankBuffers& mem, std::unique_ptr<ops::OpRunner>* fused,
                     std::vector<std::unique_ptr<ops::OpRunner>>* unfused, size_t* tasks_fused, size_t* tasks_unfused,
-                    std::vector<std::string>* labels) {
+                    std::vector<std::string>* labels, std::vector<std::string>* phase_names) {
   const uint32_t W = uint32_t(cfg.world), nb = uint32_t(MoeBuffer::kCount);
   labels->clear();  // per task of the fused plan (its task ids are the indices of dp.tasks)
   for (const TaskRec& t : dp.tasks) {
@@ -246,7 +249,10 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
   *tasks_fused = pf.tasks.size();
   KOSMOS_RETURN_IF_ERROR(make_runner(pf, true, fused));
   *tasks_unfused = 0;
+  phase_names->clear();  // the phases that have tasks: one launch each
   for (int ph = 0; ph < int(dp.phase_names.size()); ++ph) {
+    if (std::none_of(dp.tasks.begin(), dp.tasks.end(), [&](const TaskRec& t) { return t.phase == ph; })) continue;
+    phase_names->push_back(dp.phase_names[size_t(ph)]);
     plan::Plan pp;
     KOSMOS_RETURN_IF_ERROR(build(ph, &pp));
     *tasks_unfused += pp.tasks.size();
@@ -277,7 +283,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const int ctas = ops::op_ctas(cfg.cpu, cfg.max_ctas);
   const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W, T = uint32_t(cfg.tokens),
                  k = uint32_t(cfg.top_k), H = uint32_t(cfg.hidden), I = uint32_t(cfg.intermediate);
-  const int64_t rows_max = int64_t(W) * T * k;
+  // save_activations: the forward lays out its receive rows as the backward does (padded groups).
+  const int64_t rows_max = cfg.save_activations ? ops::moe::backward_rows(cfg) : int64_t(W) * T * k;
 
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
@@ -325,12 +332,18 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     ops::GemmProblemSpec g1 = grouped(2 * int64_t(I), H, kernels::gemm::kGemmEpiSwiGLU, MoeBuffer::kRecvX, MoeBuffer::kGateUp,
                                       MoeBuffer::kAct);
     g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0};  // counter = c_arrive + group
+    if (cfg.save_activations) {  // GEMM1 also stores h1 = recv_x · gate_up for the backward
+      g1.desc.epilogue |= kernels::gemm::kGemmEpiSavePreact;
+      g1.desc.ldc_aux = 2 * int64_t(I);
+      g1.c_aux_buffer = uint32_t(MoeBuffer::kH1);
+    }
     ops::GemmProblemSpec g2 = grouped(H, I, kernels::gemm::kGemmEpiRowScale, MoeBuffer::kAct, MoeBuffer::kDown, MoeBuffer::kOut);
     g2.row_scale_buffer = uint32_t(MoeBuffer::kRecvW);
     for (auto* spec : {&g1, &g2}) {  // validate shapes now (no TMA encode)
       kernels::gemm::GemmDesc probe = spec->desc;
       probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
       probe.row_scale = reinterpret_cast<const float*>(uintptr_t(4096));
+      probe.c_aux = reinterpret_cast<void*>(uintptr_t(4096));
       probe.encode_tma = false;
       kernels::gemm::GemmParams pp;
       Status st = kernels::gemm::make_gemm_params(probe, &pp);
@@ -340,7 +353,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     }
     problems.push_back(g1);
     problems.push_back(g2);
-    problem_names.push_back("GEMM1 gate_up+SwiGLU");
+    problem_names.push_back(cfg.save_activations ? "GEMM1 gate_up+SwiGLU (saves h1)" : "GEMM1 gate_up+SwiGLU");
     problem_names.push_back("GEMM2 down");
   }
   // Both problems walk the same worst-case slots (same group_m / offsets, BM = 128), in runs.
@@ -368,7 +381,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // ---- tasks ----------------------------------------------------------------------------------
   std::vector<TaskRec> tasks;
   auto moe_args = [&](uint32_t a, uint32_t b, uint32_t c) {
-    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, 0u, 0u};
+    return kernels::MoeArgs{T, H, uint16_t(E), uint16_t(k), uint16_t(L), uint16_t(W), a, b, c, 0u,
+                            cfg.save_activations ? kernels::kMoeFlagPadRows : 0u};
   };
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(tasks, kind, rank, args, bytes, phase);
@@ -439,16 +453,15 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   fwd.num_counters = c_next;
   fwd.phase_names = {"route", "offsets", "dispatch", "GEMM1 gate_up+SwiGLU", "GEMM2 down", "combine"};
   static_assert(kNumPhases == 6, "one name per phase");
-  KOSMOS_RETURN_IF_ERROR(
-      make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused, &impl->tasks_unfused, &impl->labels));
-  impl->phase_names = fwd.phase_names;
+  KOSMOS_RETURN_IF_ERROR(make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused,
+                                      &impl->tasks_unfused, &impl->labels, &impl->phase_names));
   std::string backward_summary;
   if (cfg.backward) {
     ops::moe::DirectionPlan bwd;
     KOSMOS_RETURN_IF_ERROR(ops::moe::plan_backward(cfg, impl->mem, ctas, &bwd));
     KOSMOS_RETURN_IF_ERROR(make_runners(bwd, cfg, dist, impl->mem, &impl->backward_fused, &impl->backward_unfused,
-                                        &impl->backward_tasks_fused, &impl->backward_tasks_unfused, &impl->backward_labels));
-    impl->backward_phase_names = bwd.phase_names;
+                                        &impl->backward_tasks_fused, &impl->backward_tasks_unfused, &impl->backward_labels,
+                                        &impl->backward_phase_names));
     backward_summary = "; " + bwd.summary;
   }
   size_t kinds[32] = {};
@@ -476,7 +489,11 @@ const MoeConfig& MoeLayer::config() const { return impl_->cfg; }
 Status MoeLayer::run(cudaStream_t stream) { return run_composition(impl_->cfg.fused, stream); }
 
 Status MoeLayer::run_composition(bool fused, cudaStream_t stream) {
-  if (fused) return launch(impl_->dist_or_null(), *impl_->fused, stream);
+  if (fused) {
+    KOSMOS_RETURN_IF_ERROR(launch(impl_->dist_or_null(), *impl_->fused, stream));
+    impl_->forward_ran = true;
+    return Status::ok();
+  }
   for (size_t i = 0; i < impl_->unfused.size(); ++i) KOSMOS_RETURN_IF_ERROR(run_phase(i, false, stream));
   return Status::ok();
 }
@@ -486,6 +503,9 @@ Status MoeLayer::run_backward(cudaStream_t stream) { return run_backward_composi
 Status MoeLayer::run_backward_composition(bool fused, cudaStream_t stream) {
   KOSMOS_CHECK(impl_->backward_fused != nullptr, "MoeLayer::run_backward: the layer was planned without "
                                                  "MoeConfig::backward = true");
+  KOSMOS_CHECK(!impl_->cfg.save_activations || impl_->forward_ran,
+               "MoeLayer::run_backward: the layer saves activations (MoeConfig::save_activations) and no forward has "
+               "run yet");
   if (fused) return launch(impl_->dist_or_null(), *impl_->backward_fused, stream);
   for (size_t i = 0; i < impl_->backward_unfused.size(); ++i) KOSMOS_RETURN_IF_ERROR(run_phase(i, true, stream));
   return Status::ok();
@@ -499,7 +519,11 @@ Status MoeLayer::run_phase(size_t i, bool backward, cudaStream_t stream) {
   KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::run_phase: the layer was planned without MoeConfig::backward = true");
   auto& runners = backward ? impl_->backward_unfused : impl_->unfused;
   KOSMOS_CHECK(i < runners.size(), "MoeLayer::run_phase: phase ", i, " out of range (", runners.size(), " phases)");
-  return launch(impl_->dist_or_null(), *runners[i], stream);
+  KOSMOS_CHECK(!backward || !impl_->cfg.save_activations || impl_->forward_ran,
+               "MoeLayer::run_phase: the layer saves activations (MoeConfig::save_activations) and no forward has run yet");
+  KOSMOS_RETURN_IF_ERROR(launch(impl_->dist_or_null(), *runners[i], stream));
+  if (!backward && i + 1 == runners.size()) impl_->forward_ran = true;  // the last forward phase
+  return Status::ok();
 }
 
 Status MoeLayer::finish(cudaStream_t stream) {

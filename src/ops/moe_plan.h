@@ -61,7 +61,9 @@ struct FrontCounters {
 };
 
 // Route, offsets and dispatch tasks (forward and backward alike; the backward's dispatch also moves
-// dy rows, which its MoeArgs flags say). `moe_args(a, b, c)` makes a task payload, `add(kind, rank,
+// dy rows, which its MoeArgs flags say). routed (the backward after a forward that saved its
+// activations): route and offsets are left out -- the forward's routing workspaces and layout are
+// still in place -- and dispatch waits for nothing. `moe_args(a, b, c)` makes a task payload, `add(kind, rank,
 // &args, sizeof args, phase)` appends a TaskRec and returns it. Dispatch tasks cover blocks of
 // experts and, when there are few (source, expert) pairs with many rows each, slices of the rows.
 // Returns how dispatch was cut: experts per task and row slices.
@@ -70,14 +72,14 @@ struct DispatchCut {
 };
 template <class Args, class Add>
 DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& ph, const FrontCounters& c, Args&& moe_args,
-                     Add&& add) {
+                     Add&& add, bool routed = false) {
   const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W;
-  for (uint32_t s = 0; s < W; ++s) {
+  for (uint32_t s = 0; s < W && !routed; ++s) {
     const auto a = moe_args(0, 0, 0);
     TaskRec& t = add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a), ph.route);
     for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c.counts, uint16_t(r), 1});
   }
-  for (uint32_t r = 0; r < W; ++r) {
+  for (uint32_t r = 0; r < W && !routed; ++r) {
     const auto a = moe_args(0, 0, 0);
     TaskRec& t = add(plan::TaskKind::kMoeOffsets, r, &a, sizeof(a), ph.offsets);
     t.waits.push_back({c.counts, plan::kWaitAll});
@@ -101,7 +103,7 @@ DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& p
           const uint32_t l1 = std::min(L, l0 + epb);
           const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
           TaskRec& t = add(plan::TaskKind::kMoeDispatch, s, &a, sizeof(a), ph.dispatch);
-          t.waits.push_back({c.layout, 1});
+          if (!routed) t.waits.push_back({c.layout, 1});
           t.signals.push_back({c.arrive_all, uint16_t(d), 1});
           for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c.arrive + l, uint16_t(d), 1});
         }

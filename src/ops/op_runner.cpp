@@ -109,6 +109,7 @@ Status OpRunner::prepare(cudaStream_t stream) {
     d.b = ptr(s.b_buffer, s.rank, s.b_offset);
     d.c = ptr(s.c_buffer, s.c_rank == kNoBuffer ? s.rank : s.c_rank, s.c_offset);
     if (s.row_scale_buffer != kNoBuffer) d.row_scale = static_cast<const float*>(ptr(s.row_scale_buffer, s.rank, s.row_scale_offset));
+    if (s.c_aux_buffer != kNoBuffer) d.c_aux = ptr(s.c_aux_buffer, s.rank, s.c_aux_offset);
     d.encode_tma = gpu_ != nullptr;
     if (gpu_) d.num_sms = gpu_->num_sms();
     kernels::gemm::GemmParams p;

@@ -139,3 +139,18 @@ TEST(GpuMoeBackwardLarge, WideTilesManyExperts) {
   run_moe_backward(1, 128, 1024, 512, 128, 8, Routing::kUniform);
   run_moe_backward(1, 256, 2048, 1024, 32, 8, Routing::kSkewed);
 }
+
+// MoeConfig::save_activations on the device (check_saved_activations, moe_check.h): GEMM1's
+// pre-activation store (kGemmEpiSavePreact) and the dy-only dispatch; outputs bit for bit those of
+// the recomputing layer, fused == unfused, vs fp64; W = 1 and 8 virtual ranks, 128x256 tiles.
+TEST(GpuMoeBackwardSaved, SameOutputsAsRecomputeBitForBit) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int W : {1, 8})
+    for (Routing r : {Routing::kUniform, Routing::kSkewedWithDrops})
+      EXPECT_EQ(check_saved_activations(W, 200, 512, 256, 32, 8, r, false, 61 + W, st), "");
+  EXPECT_EQ(check_saved_activations(1, 77, 264, 136, 8, 4, Routing::kSkewed, false, 62, st), "");
+  EXPECT_EQ(check_saved_activations(1, 256, 2048, 1024, 32, 8, Routing::kSkewed, false, 63, st), "");
+  cudaStreamDestroy(st);
+}

@@ -2,6 +2,7 @@
 // tails, layouts and epilogues; bad inputs rejected before anything runs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "../gemm_reference.h"
@@ -185,4 +186,68 @@ TEST(GemmCpu, RunsAlongNMatchTheReference) {
   std::vector<float> scale(g.m, 1.0f);
   auto ref = reference_gemm(g, a, b, c_in, scale, g.n);
   EXPECT_LT(relative_error(c, g.ldc, ref, g.m, g.n), 1e-2);
+}
+
+// kGemmEpiSavePreact (the MoE forward keeps GEMM1's pre-activation for the backward): the engine's
+// host tile stores bf16(acc) for all n columns into c_aux, and the SwiGLU output into c is the
+// one computed without the flag, bit for bit; bad descriptors are named.
+TEST(GemmCpu, SavePreactStoresTheAccumulatorBesideSwiGLU) {
+  using namespace kosmos::kernels::gemm;
+  const int64_t M = 130, N = 272, K = 72, n_out = N / 2, ld_aux = N + 8;
+  auto a = random_bf16(size_t(M) * K, 5);
+  auto b = random_bf16(size_t(K) * N, 6);
+  std::vector<uint16_t> c_plain(size_t(M) * n_out, 0x7FC1), c_save(c_plain), aux(size_t(M) * ld_aux, 0x7FC1);
+  GemmDesc d;
+  d.a = a.data();
+  d.lda = K;
+  d.b = b.data();
+  d.ldb = N;
+  d.ldc = n_out;
+  d.m = M;
+  d.n = N;
+  d.k = K;
+  d.encode_tma = false;
+  d.tile_shape = GemmTileShape::k128x128;
+  auto run_all = [&](const GemmDesc& desc) {
+    GemmParams p;
+    Status s = make_gemm_params(desc, &p);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    for (int mb = 0; mb < p.num_m_tiles; ++mb)
+      for (int nb = 0; nb < p.num_n_tiles; ++nb) gemm_tile_host(desc, p, GemmTileArgs{0, uint32_t(mb), uint32_t(nb), 1, 0, {}});
+  };
+  d.epilogue = kGemmEpiSwiGLU;
+  d.c = c_plain.data();
+  run_all(d);
+  d.epilogue = kGemmEpiSwiGLU | kGemmEpiSavePreact;
+  d.c = c_save.data();
+  d.c_aux = aux.data();
+  d.ldc_aux = ld_aux;
+  run_all(d);
+  EXPECT_EQ(c_save, c_plain) << "the SwiGLU output changed with the pre-activation store";
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0;
+      for (int64_t kk = 0; kk < K; ++kk) want += double(bf16_to_float(a[i * K + kk])) * bf16_to_float(b[kk * N + j]);
+      const double got = bf16_to_float(aux[i * ld_aux + j]);
+      num += (got - want) * (got - want);
+      den += want * want;
+    }
+    for (int64_t j = N; j < ld_aux; ++j) ASSERT_EQ(aux[i * ld_aux + j], 0x7FC1) << "wrote past n in c_aux";
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-2);
+
+  GemmParams p;
+  GemmDesc x = d;
+  x.epilogue = kGemmEpiStore | kGemmEpiSavePreact;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("needs kGemmEpiSwiGLU"), std::string::npos);
+  x = d;
+  x.c_aux = nullptr;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("c_aux is null"), std::string::npos);
+  x = d;
+  x.ldc_aux = N - 8;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("ldc_aux = "), std::string::npos);
+  x = d;
+  x.c_aux = reinterpret_cast<char*>(aux.data()) + 2;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("c_aux = "), std::string::npos);
 }

@@ -281,3 +281,22 @@ TEST(MoeBackwardCpuShapes, SkewedRowsFillTheTailRuns) {
   for (int g = 0; g < Lx; ++g) slots0 += (layout[g] + 127) / 128;
   EXPECT_GT(slots0, 2 * expected_slots + 16) << "rank 0 must reach past the head runs (runs <= 16 slots)";
 }
+
+// MoeConfig::save_activations (check_saved_activations, moe_check.h): the saving forward's y and the
+// backward's gradients equal the recomputing layer's bit for bit, fused == unfused, vs fp64.
+TEST(MoeBackwardCpuSaved, SameOutputsAsRecomputeBitForBit) {
+  for (int W : {1, 2, 4, 8})
+    for (Routing r : {Routing::kUniform, Routing::kSkewedWithDrops})
+      EXPECT_EQ(check_saved_activations(W, 37, 128, 64, 16, 4, r, true, 99 + W), "");
+  EXPECT_EQ(check_saved_activations(2, 150, 64, 64, 4, 2, Routing::kSkewed, true, 8), "");         // several slots per expert
+  EXPECT_EQ(check_saved_activations(1, 64, 1024, 512, 64, 8, Routing::kUniform, true, 7), "");     // 128x256 tiles
+  EXPECT_EQ(check_saved_activations(2, 23, 136, 72, 8, 3, Routing::kSkewedWithDrops, true, 3), ""); // ragged H, I
+}
+
+TEST(MoeBackwardCpuErrors, SaveActivationsNeedsTheBackward) {
+  MoeConfig c = moe_config(2, 4, 64, 64, 4, 2, true);
+  c.save_activations = true;
+  std::unique_ptr<MoeLayer> L;
+  Status s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("it needs backward = true"), std::string::npos) << s.message();
+}

@@ -86,8 +86,17 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
                ", k = ", d.k);
   KOSMOS_CHECK(d.m < (int64_t(1) << 31) && d.n < (int64_t(1) << 31) && d.k < (int64_t(1) << 31),
                "GEMM sizes must be < 2^31, got m = ", d.m, ", n = ", d.n, ", k = ", d.k);
-  KOSMOS_CHECK((d.epilogue & ~uint32_t(kGemmEpiAccumulate | kGemmEpiRowScale | kGemmEpiSwiGLU)) == 0,
+  KOSMOS_CHECK((d.epilogue & ~uint32_t(kGemmEpiAccumulate | kGemmEpiRowScale | kGemmEpiSwiGLU | kGemmEpiSavePreact)) == 0,
                "GEMM epilogue flags 0x", std::hex, d.epilogue, " contain unknown bits");
+  if (d.epilogue & kGemmEpiSavePreact) {
+    KOSMOS_CHECK((d.epilogue & kGemmEpiSwiGLU) && !(d.epilogue & kGemmEpiAccumulate),
+                 "GEMM epilogue kGemmEpiSavePreact needs kGemmEpiSwiGLU without kGemmEpiAccumulate, got flags 0x",
+                 std::hex, d.epilogue);
+    KOSMOS_CHECK(d.c_aux != nullptr, "GEMM epilogue has kGemmEpiSavePreact but c_aux is null");
+    KOSMOS_CHECK(aligned16(d.c_aux), "GEMM c_aux = ", d.c_aux, " is not 16-byte aligned");
+    KOSMOS_CHECK(d.ldc_aux >= d.n && d.ldc_aux % 8 == 0, "GEMM ldc_aux = ", d.ldc_aux,
+                 " must be >= n = ", d.n, " and a multiple of 8 elements");
+  }
   const bool swiglu = (d.epilogue & kGemmEpiSwiGLU) != 0;
   KOSMOS_CHECK(!swiglu || d.n % 16 == 0, "GEMM with SwiGLU needs n (= 2 * intermediate) % 16 == 0, got n = ", d.n);
   const int64_t n_out = swiglu ? d.n / 2 : d.n;
@@ -157,6 +166,10 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   p.group_m = d.group_m;
   p.group_offset = d.group_offset;
   p.ldc = d.ldc;
+  if (d.epilogue & kGemmEpiSavePreact) {
+    p.c_aux = d.c_aux;
+    p.ldc_aux = d.ldc_aux;
+  }
   p.m = static_cast<int32_t>(d.m);
   p.n = static_cast<int32_t>(d.n);
   p.n_out = static_cast<int32_t>(n_out);
@@ -286,6 +299,8 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
       const int64_t row = a_row0 + r;
       if (row >= p.m) break;
       const float scale = (p.epilogue & kGemmEpiRowScale) ? d.row_scale[row] : 1.0f;
+      if (p.epilogue & kGemmEpiSavePreact)
+        for (int cc = 0; cc < cols; ++cc) static_cast<uint16_t*>(d.c_aux)[row * d.ldc_aux + n0 + cc] = float_to_bf16(acc[size_t(r) * bn + cc]);
       for (int cc = 0; cc < cols; ++cc) {
         float v;
         int64_t col;

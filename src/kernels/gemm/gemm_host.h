@@ -42,6 +42,8 @@ struct GemmDesc {
 
   uint32_t epilogue = kGemmEpiStore;  // GemmEpilogueFlags
   const float* row_scale = nullptr;   // [m] fp32, with kGemmEpiRowScale
+  void* c_aux = nullptr;              // [m, n] bf16 pre-activation, with kGemmEpiSavePreact
+  int64_t ldc_aux = 0;                // >= n, multiple of 8
 
   GemmTileShape tile_shape = GemmTileShape::kAuto;
   int num_sms = 132;          // for the tile-shape heuristic

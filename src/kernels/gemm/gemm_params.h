@@ -13,6 +13,9 @@
 // Epilogue (bit flags, applied in this order):  v = acc;  kGemmEpiSwiGLU: v = silu(gate) * up;
 //   kGemmEpiRowScale: v *= row_scale[c_row];  kGemmEpiAccumulate: v += C[c_row, col] (beta = 1);
 //   store bf16(v).   Stores go to `c`, which may be any pointer (a peer's buffer included).
+//   kGemmEpiSavePreact (with kGemmEpiSwiGLU only, not with kGemmEpiAccumulate): the tile also
+//   stores bf16(acc), the pre-activation (all n columns, interleaved as B), to `c_aux` [M, n]
+//   (ldc_aux >= n) -- the MoE forward keeps it for the backward instead of recomputing it.
 //
 // SwiGLU column interleave: B has N = 2 * I columns laid out as blocks of 8 columns,
 //   B column 16*j + t      (t < 8) = gate column 8*j + t
@@ -52,6 +55,7 @@ enum GemmEpilogueFlags : uint32_t {
   kGemmEpiAccumulate = 1u << 0,  // C += result (beta = 1)
   kGemmEpiRowScale = 1u << 1,    // result *= row_scale[row]
   kGemmEpiSwiGLU = 1u << 2,      // result = silu(gate) * up, see the interleave above
+  kGemmEpiSavePreact = 1u << 3,  // also store bf16(acc) to c_aux (SwiGLU only), see above
 };
 
 enum GemmLayoutFlags : uint32_t {
@@ -103,6 +107,8 @@ struct GemmParams {
   const int* group_m;        // [G] device, grouped only (grouped-K: K of each group)
   const int* group_offset;   // [G] device, grouped only (grouped-K: first K row of each group)
   int64_t ldc;               // elements
+  void* c_aux;               // bf16 [rows, ldc_aux], kGemmEpiSavePreact only
+  int64_t ldc_aux;           // elements
   int32_t m;                 // dense: rows; grouped: m_total (rows of A and C); grouped-K: M per group
   int32_t n;                 // columns of B
   int32_t n_out;             // columns of C (n, or n / 2 with SwiGLU)

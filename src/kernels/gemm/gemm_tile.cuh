@@ -308,14 +308,16 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
 // __syncwarp is needed: the staging area is private to the warp.
 // acc: the warpgroup's 64 x BN accumulator, acc(c + 2 * rr + 4 * j) = row 8 * rr + lane / 4 of the
 // warp's 16, column 8 * j + 2 * (lane % 4) + c.
-template <int kOutBlocks, bool kSwiGLU, class Frag>
+// kPreact: the kGemmEpiSavePreact store instead -- bf16(acc), unscaled, all n columns, to c_aux.
+template <int kOutBlocks, bool kSwiGLU, bool kPreact = false, class Frag>
 __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileCoord& t, const Frag& acc,
                                                 char* warp_stage, int cw, int lane_idx) {
   constexpr int kNB = kOutBlocks < 8 ? kOutBlocks : 8;  // 8-column blocks per pass (<= 64 columns)
   static_assert(kOutBlocks % kNB == 0 && kNB % 2 == 0, "output blocks come in pairs");
   const int row_base = kEpiWarpRows * cw;  // first tile row of this warp
+  static_assert(!(kSwiGLU && kPreact), "the pre-activation store has no SwiGLU");
   float scale[2] = {1.0f, 1.0f};
-  if (p.epilogue & kGemmEpiRowScale) {
+  if (!kPreact && (p.epilogue & kGemmEpiRowScale)) {
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       const int r = row_base + lane_idx / 4 + 8 * rr;
@@ -327,7 +329,9 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
   const int st_i = lane_idx % 8, st_m = lane_idx / 8;
   const int st_row = 8 * (st_m & 1) + st_i;
   const int col_base = kSwiGLU ? t.n0 / 2 : t.n0;
-  __nv_bfloat16* c = static_cast<__nv_bfloat16*>(p.c);
+  __nv_bfloat16* c = static_cast<__nv_bfloat16*>(kPreact ? p.c_aux : p.c);
+  const int64_t ldc = kPreact ? p.ldc_aux : p.ldc;
+  const int n_out = kPreact ? p.n : p.n_out;
   auto value = [&](int rr, int jo, int e) -> float {
     if constexpr (kSwiGLU) {
       const int gi = e + 2 * rr + 8 * jo;  // gate block 2 * jo, up block 2 * jo + 1
@@ -362,16 +366,16 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
       if (r < 0) asm volatile("" ::"r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
       continue;
 #endif
-      if (r < t.rows && col < p.n_out) {
-        __nv_bfloat16* dst = c + static_cast<int64_t>(t.c_row0 + r) * p.ldc + col;
-        if (col + 8 <= p.n_out) {
+      if (r < t.rows && col < n_out) {
+        __nv_bfloat16* dst = c + static_cast<int64_t>(t.c_row0 + r) * ldc + col;
+        if (col + 8 <= n_out) {
           *reinterpret_cast<uint4*>(dst) = v;
         } else {
           uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
 #pragma unroll
           for (int k = 0; k < 8; ++k) {  // constant indices: v stays in registers
             const uint32_t word = k < 2 ? v.x : k < 4 ? v.y : k < 6 ? v.z : v.w;
-            if (col + k < p.n_out) d16[k] = static_cast<uint16_t>(word >> (16 * (k & 1)));
+            if (col + k < n_out) d16[k] = static_cast<uint16_t>(word >> (16 * (k & 1)));
           }
         }
       }
@@ -539,6 +543,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
         char* warp_stage = epi_stage + cw * kEpiWarpBytes;
         if (p.epilogue & kGemmEpiSwiGLU) {
+          if (p.epilogue & kGemmEpiSavePreact) epilogue_staged<kBN / 8, false, true>(p, t, acc, warp_stage, cw, lane);
           epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
         } else {
           epilogue_staged<kBN / 8, false>(p, t, acc, warp_stage, cw, lane);
