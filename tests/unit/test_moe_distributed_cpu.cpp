@@ -57,21 +57,27 @@ void run_distributed(int W, int64_t T, int E, int k, Routing routing) {
 }
 
 // The backward the same way: inputs and dy, the fused backward twice, gradients against fp64, then
-// the seven unfused launches from poison.
-void run_distributed_backward(int W, int64_t T, int E, int k, Routing routing) {
+// the seven unfused launches from poison. saved: MoeConfig::save_activations -- one fused forward
+// first (every rank), whose routing, layout, x rows and h1 the backward reads (five launches).
+void run_distributed_backward(int W, int64_t T, int E, int k, Routing routing, bool saved = false) {
   MoeConfig c = moe_config(W, T, 64, 32, E, k, true);
   c.backward = true;
-  on_every_rank(c, "backward", [&](int rank, MoeLayer& L, SymmetricHeap& heap) -> std::string {
+  c.save_activations = saved;
+  on_every_rank(c, saved ? "backward (saved activations)" : "backward", [&](int rank, MoeLayer& L, SymmetricHeap& heap) -> std::string {
     MoeHost h{c};
     fill_moe_backward(L, h, 53 + W, routing, rank);
     heap.barrier();
     Status s;
+    if (saved) {
+      s = L.run_composition(true);
+      heap.barrier();
+    }
     for (int run = 0; run < 2 && s.is_ok(); ++run) s = L.run_backward_composition(true);
     heap.barrier();
     std::string err = s ? check_moe_backward(L, h, 2e-2, rank) : s.to_string();
     const MoeGradsOut fused = read_grads(L, rank);
     heap.barrier();
-    poison_backward(L, rank);
+    poison_backward(L, rank, saved);
     heap.barrier();
     if (s) s = L.run_backward_composition(false);
     heap.barrier();
@@ -93,4 +99,10 @@ TEST(MoeDistributedCpu, BackwardOneRankPerProcess) {
   run_distributed_backward(2, 37, 8, 4, Routing::kUniform);
   run_distributed_backward(4, 20, 16, 8, Routing::kSkewed);
   run_distributed_backward(3, 1, 6, 2, Routing::kSkewedWithDrops);
+}
+
+TEST(MoeDistributedCpu, BackwardWithSavedActivationsOneRankPerProcess) {
+  run_distributed_backward(2, 37, 8, 4, Routing::kUniform, true);
+  run_distributed_backward(4, 20, 16, 8, Routing::kSkewedWithDrops, true);
+  run_distributed_backward(3, 1, 6, 2, Routing::kSkewed, true);
 }
