@@ -42,25 +42,32 @@ TEST(NcclMoe, OneRankCommunicatorForward) {
 
 // The backward over a one-rank communicator (symmetric windows, the NCCL barrier before each launch):
 // gradients against fp64, then the seven-launch composition from poison, bit for bit.
+// Self-contained, and in training mode (MoeConfig::save_activations: one forward first, whose
+// routing, layout, x rows and h1 the backward reads).
 TEST(NcclMoe, OneRankCommunicatorBackward) {
   SKIP_WITHOUT_GPU();
   std::unique_ptr<transport::NcclTransport> t;
   Status s = one_rank_transport(&t);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  MoeConfig c = moe_config(1, 100, 256, 128, 16, 4, false);
-  c.backward = true;
-  std::unique_ptr<MoeLayer> L;
-  s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  MoeHost h{c};
-  fill_moe_backward(*L, h, 98, Routing::kSkewed, 0);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_backward_composition(true).is_ok());
-  s = L->finish();
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  EXPECT_EQ(check_moe_backward(*L, h, 2e-2, 0), "");
-  const MoeGradsOut fused = read_grads(*L, 0);
-  poison_backward(*L, 0);
-  ASSERT_TRUE(L->run_backward_composition(false).is_ok());
-  ASSERT_TRUE(L->finish().is_ok());
-  EXPECT_TRUE(read_grads(*L, 0) == fused) << "fused gradients differ from the unfused composition";
+  for (bool saved : {false, true}) {
+    SCOPED_TRACE(saved ? "save_activations" : "recompute");
+    MoeConfig c = moe_config(1, 100, 256, 128, 16, 4, false);
+    c.backward = true;
+    c.save_activations = saved;
+    std::unique_ptr<MoeLayer> L;
+    s = MoeLayer::plan_distributed(c, transport::make_distributed(*t), &L);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    MoeHost h{c};
+    fill_moe_backward(*L, h, 98, Routing::kSkewed, 0);
+    if (saved) ASSERT_TRUE(L->run_composition(true).is_ok());
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+    s = L->finish();
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(check_moe_backward(*L, h, 2e-2, 0), "");
+    const MoeGradsOut fused = read_grads(*L, 0);
+    poison_backward(*L, 0, saved);
+    ASSERT_TRUE(L->run_backward_composition(false).is_ok());
+    ASSERT_TRUE(L->finish().is_ok());
+    EXPECT_TRUE(read_grads(*L, 0) == fused) << "fused gradients differ from the unfused composition";
+  }
 }
