@@ -158,7 +158,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
   };
   auto gemm1 = [&](uint32_t d, uint32_t s) {  // H1 (unless saved) and dA' tiles of step s, n-major over its runs
     for (int j : {kH1, kDAct}) {
-      if (j == kH1 && saved) continue;
+      if (j == kH1 && saved) continue;  // the forward stored h1
       steps.for_each_tile(s, pp[j].num_n_tiles, [&](uint32_t ri, int nb) {
         const GemmTileArgs a = steps.tile_args(kNumProblems * d + uint32_t(j), ri, nb);
         TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);

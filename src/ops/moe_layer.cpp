@@ -185,6 +185,12 @@ struct MoeLayer::Impl {
   std::string summary;
   bool forward_ran = false;  // save_activations: a forward has left its activations for run_backward
   const DistributedContext* dist_or_null() const { return distributed ? &dist : nullptr; }
+  // The backward's inputs are in place: always, unless it reads a forward's saved activations.
+  Status backward_inputs_ready(const char* who) const {
+    KOSMOS_CHECK(!cfg.save_activations || forward_ran, who,
+                 ": the layer saves activations (MoeConfig::save_activations) and no forward has run yet");
+    return Status::ok();
+  }
 };
 
 namespace {
@@ -503,9 +509,7 @@ Status MoeLayer::run_backward(cudaStream_t stream) { return run_backward_composi
 Status MoeLayer::run_backward_composition(bool fused, cudaStream_t stream) {
   KOSMOS_CHECK(impl_->backward_fused != nullptr, "MoeLayer::run_backward: the layer was planned without "
                                                  "MoeConfig::backward = true");
-  KOSMOS_CHECK(!impl_->cfg.save_activations || impl_->forward_ran,
-               "MoeLayer::run_backward: the layer saves activations (MoeConfig::save_activations) and no forward has "
-               "run yet");
+  KOSMOS_RETURN_IF_ERROR(impl_->backward_inputs_ready("MoeLayer::run_backward"));
   if (fused) return launch(impl_->dist_or_null(), *impl_->backward_fused, stream);
   for (size_t i = 0; i < impl_->backward_unfused.size(); ++i) KOSMOS_RETURN_IF_ERROR(run_phase(i, true, stream));
   return Status::ok();
@@ -519,8 +523,7 @@ Status MoeLayer::run_phase(size_t i, bool backward, cudaStream_t stream) {
   KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::run_phase: the layer was planned without MoeConfig::backward = true");
   auto& runners = backward ? impl_->backward_unfused : impl_->unfused;
   KOSMOS_CHECK(i < runners.size(), "MoeLayer::run_phase: phase ", i, " out of range (", runners.size(), " phases)");
-  KOSMOS_CHECK(!backward || !impl_->cfg.save_activations || impl_->forward_ran,
-               "MoeLayer::run_phase: the layer saves activations (MoeConfig::save_activations) and no forward has run yet");
+  if (backward) KOSMOS_RETURN_IF_ERROR(impl_->backward_inputs_ready("MoeLayer::run_phase"));
   KOSMOS_RETURN_IF_ERROR(launch(impl_->dist_or_null(), *runners[i], stream));
   if (!backward && i + 1 == runners.size()) impl_->forward_ran = true;  // the last forward phase
   return Status::ok();
