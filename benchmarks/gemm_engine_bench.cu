@@ -1,7 +1,8 @@
 // GEMM engine benchmark: the engine's standalone persistent kernel vs cuBLAS (cublasGemmEx, bf16 in,
 // fp32 compute) on the same inputs, dense shapes and grouped expert GEMMs (vs
 // cublasGemmGroupedBatchedEx and vs one dense cuBLAS GEMM of the same total M).
-// Timing: CUDA events around each launch, warm-up, median of --reps launches, input buffers rotated
+// Timing: CUDA events around each launch, warm-up, median of --reps launches (the compared launchers
+// alternate repetition by repetition), input buffers rotated
 // over enough copies that their total exceeds 2 x the 60 MB L2. Outputs verified against cuBLAS.
 //   gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64] [--layout nt|nn]
 //                     [--dense-only|--grouped-only] [--dump-groups PATH [--dump-only]]
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -76,22 +78,31 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-template <class F>
-float time_median(int reps, int sets, F&& launch) {
-  for (int i = 0; i < 3; ++i) launch(i % sets);
+// Several launchers timed alternately (repetition i starts with launcher i % n), median of each:
+// timed one after the other, the later ones ran on a hotter card (cli/bench_timing.h).
+std::vector<float> time_medians(int reps, int sets, const std::vector<std::function<void(int)>>& launch) {
+  const size_t n = launch.size();
+  for (int i = 0; i < 3; ++i)
+    for (auto& f : launch) f(i % sets);
   CK(cudaDeviceSynchronize());
-  std::vector<cudaEvent_t> ev(2 * reps);
+  std::vector<cudaEvent_t> ev(2 * reps * n);
   for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(ev[2 * i]));
-    launch(i % sets);
-    CK(cudaEventRecord(ev[2 * i + 1]));
-  }
+  for (int i = 0; i < reps; ++i)
+    for (size_t jj = 0; jj < n; ++jj) {
+      const size_t j = (size_t(i) + jj) % n, e = 2 * (size_t(i) * n + j);
+      CK(cudaEventRecord(ev[e]));
+      launch[j](i % sets);
+      CK(cudaEventRecord(ev[e + 1]));
+    }
   CK(cudaDeviceSynchronize());
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  std::vector<float> out(n);
+  for (size_t j = 0; j < n; ++j) {
+    std::vector<float> ms(reps);
+    for (int i = 0; i < reps; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * (size_t(i) * n + j)], ev[2 * (size_t(i) * n + j) + 1]));
+    out[j] = median(ms);
+  }
   for (auto& e : ev) CK(cudaEventDestroy(e));
-  return median(ms);
+  return out;
 }
 
 double rel_diff(const Buf& x, const Buf& y, size_t n) {
@@ -179,10 +190,12 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
   CK(cudaDeviceSynchronize());
   Row r;
   r.err = rel_diff(*C[0], Cref, c_el);
-  r.ours_ms = time_median(o.reps, sets, [&](int s) {
-    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster));
-  });
-  r.ref_ms = time_median(o.reps, sets, [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); });
+  const std::vector<float> t = time_medians(
+      o.reps, sets,
+      {[&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); },
+       [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); }});
+  r.ours_ms = t[0];
+  r.ref_ms = t[1];
   r.ref2_ms = 0;
   r.ref_name = "cublasGemmEx";
   r.flops = 2.0 * M * N * K;
@@ -344,11 +357,6 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   CK(cudaDeviceSynchronize());
   Row r;
   r.err = rel_diff(*C[0], Cref, c_el);
-  r.ours_ms = time_median(o.reps, sets, [&](int s) {
-    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster));
-  });
-  r.ref_ms = time_median(o.reps, sets, cublas_grouped);
-  r.ref2_ms = time_median(o.reps, sets, [&](int s) { cublas_gemm(cub, false, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); });
   // The product path: kosmos::Gemm (the persistent runtime, the claim order of ops::plan_gemm_runs),
   // one plan per operand set, verified against cuBLAS grouped like the engine above.
   // One kosmos::Gemm plan per operand set (`edit` adjusts each set's arguments first).
@@ -373,7 +381,6 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     std::exit(1);
   }
   r.err = std::max(r.err, rel_diff(*C[0], Cref, c_el));
-  r.rt_ms = time_median(o.reps, sets, [&](int s) { (void)plans[s]->run(); });
   r.rt_raster = plans[0]->raster();
   // Our own dense GEMM of the same total M (every row times expert 0's weights): what grouping costs
   // the engine (padding of each group's last block, per-group B blocks), apart from the engine itself.
@@ -381,7 +388,17 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     d.num_groups = 0;
     d.group_m = d.group_offset = nullptr;
   });
-  r.rt_dense_ms = time_median(o.reps, sets, [&](int s) { (void)dense[s]->run(); });
+  // All five alternate repetition by repetition (time_medians).
+  const std::vector<float> t = time_medians(
+      o.reps, sets,
+      {[&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); }, cublas_grouped,
+       [&](int s) { cublas_gemm(cub, false, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); },
+       [&](int s) { (void)plans[s]->run(); }, [&](int s) { (void)dense[s]->run(); }});
+  r.ours_ms = t[0];
+  r.ref_ms = t[1];
+  r.ref2_ms = t[2];
+  r.rt_ms = t[3];
+  r.rt_dense_ms = t[4];
   r.rt_dense_raster = dense[0]->raster();
   r.ref_name = "cublasGemmGroupedBatchedEx";
   r.ref2_name = "dense cublasGemmEx, same total M";

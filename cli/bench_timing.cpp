@@ -34,6 +34,41 @@ Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status(
   return Status::ok();
 }
 
+Status time_median_interleaved_ms(cudaStream_t stream, int reps, const std::vector<std::function<Status(int)>>& fns,
+                                  std::vector<double>* medians) {
+  KOSMOS_CHECK(reps > 0 && !fns.empty(), "time_median_interleaved_ms: needs reps > 0 and at least one function");
+  const size_t n = fns.size();
+  cudaEvent_t a, b;
+  KOSMOS_CUDA_CHECK(cudaEventCreate(&a));
+  KOSMOS_CUDA_CHECK(cudaEventCreate(&b));
+  Status st;
+  std::vector<std::vector<double>> v(n);
+  for (int i = 0; i < 3 && st.is_ok(); ++i)
+    for (size_t j = 0; j < n && st.is_ok(); ++j) st = fns[j](i);
+  for (int i = 0; i < reps && st.is_ok(); ++i) {
+    for (size_t jj = 0; jj < n && st.is_ok(); ++jj) {
+      const size_t j = (size_t(i) + jj) % n;
+      float ms = 0;
+      if (cudaEventRecord(a, stream) != cudaSuccess || !(st = fns[j](i)).is_ok() ||
+          cudaEventRecord(b, stream) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
+          cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+        if (st.is_ok()) st = Status(StatusCode::kCudaError, "time_median_interleaved_ms: CUDA event timing failed");
+        break;
+      }
+      v[j].push_back(ms);
+    }
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  KOSMOS_RETURN_IF_ERROR(st);
+  medians->assign(n, 0.0);
+  for (size_t j = 0; j < n; ++j) {
+    std::sort(v[j].begin(), v[j].end());
+    (*medians)[j] = v[j][v[j].size() / 2];
+  }
+  return Status::ok();
+}
+
 std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels,
                             int lanes) {
   struct Acc {

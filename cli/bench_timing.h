@@ -15,6 +15,14 @@ namespace kosmos::cli {
 
 Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status()>& fn, double* median_ms);
 
+// Times several functions alternately, median of `reps` each: repetition i runs every function once
+// (starting with function i % n), each between its own events and synchronised, so that the card's
+// drifting clocks and temperature reach all of them alike. Timing one after the other gave the second
+// a hotter card: on the H200 cuBLAS's 24576x4096x7168 NT ran 1.81 ms alone under ncu (free clocks)
+// and 2.10 ms when timed after 30 runs of ours. fns[j](rep) gets the repetition index (warm-up: 0..2).
+Status time_median_interleaved_ms(cudaStream_t stream, int reps, const std::vector<std::function<Status(int)>>& fns,
+                                  std::vector<double>* medians);
+
 // Makes `waiter` wait for the work enqueued on `source` so far (through `ev`); nothing when they are
 // the same stream. The two-stream baselines fork and join with it.
 inline Status stream_wait(cudaStream_t waiter, cudaStream_t source, cudaEvent_t ev) {

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <random>
 
+#include "bench_timing.h"
 #include "common.h"
 #include "kernels/gemm/bf16.h"
 #include "kosmos/cuda_check.h"
@@ -129,40 +130,25 @@ Status bench_shape(int64_t m, int64_t n, int64_t k, bool nt, int reps, cublasHan
   KOSMOS_CHECK_CODE(r->rel_err_vs_fp64 < 1e-2 && r->rel_err_vs_cublas < 1e-2, StatusCode::kInternal, "bench gemm ", m, "x",
                     n, "x", k, ": relative error vs fp64 ", r->rel_err_vs_fp64, ", vs cuBLAS ", r->rel_err_vs_cublas);
 
-  cudaEvent_t e0, e1;
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&e0));
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&e1));
-  auto time_it = [&](auto&& launch, double* median_ms) -> Status {
-    for (int i = 0; i < 3; ++i) KOSMOS_RETURN_IF_ERROR(launch(i % sets));
-    std::vector<double> v;
-    for (int i = 0; i < reps; ++i) {
-      KOSMOS_CUDA_CHECK(cudaEventRecord(e0, st));
-      KOSMOS_RETURN_IF_ERROR(launch(i % sets));
-      KOSMOS_CUDA_CHECK(cudaEventRecord(e1, st));
-      KOSMOS_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      KOSMOS_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    *median_ms = v[v.size() / 2];
-    return Status::ok();
-  };
-  KOSMOS_RETURN_IF_ERROR(time_it([&](int s) { return plans[s]->run(st); }, &r->ours_ms));
+  // Ours and cuBLAS alternate repetition by repetition (bench_timing.h says why).
+  std::vector<double> med;
+  KOSMOS_RETURN_IF_ERROR(time_median_interleaved_ms(
+      st, reps,
+      {[&](int i) { return plans[i % sets]->run(st); },
+       [&](int i) {
+         return cublas(i % sets, Cref.p) == CUBLAS_STATUS_SUCCESS ? Status::ok()
+                                                                   : Status(StatusCode::kInternal, "cublasGemmEx failed");
+       }},
+      &med));
   KOSMOS_RETURN_IF_ERROR(plans[0]->finish(st));
-  KOSMOS_RETURN_IF_ERROR(time_it(
-      [&](int s) {
-        return cublas(s, Cref.p) == CUBLAS_STATUS_SUCCESS ? Status::ok() : Status(StatusCode::kInternal, "cublasGemmEx failed");
-      },
-      &r->cublas_ms));
+  r->ours_ms = med[0];
+  r->cublas_ms = med[1];
   const double flop = 2.0 * m * n * k;
   r->m = m;
   r->n = n;
   r->k = k;
   r->ours_tflops = flop / (r->ours_ms * 1e-3) / 1e12;
   r->cublas_tflops = flop / (r->cublas_ms * 1e-3) / 1e12;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   cudaStreamDestroy(st);
   return Status::ok();
 }

@@ -340,15 +340,16 @@ void add_bench_tp(CLI::App& bench) {
     if (!(worst < 2e-2)) throw Error(Status(StatusCode::kInternal, "fused vs cuBLAS relative error " + std::to_string(worst)));
 
     std::fprintf(stderr, "[bench tp] timing...\n");
-    double t_fused, t_unfused, t_a, t_b, t_comm, t_gemm;
-    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return fused->run(c.s0); }, &t_fused));
+    // All six alternate repetition by repetition (bench_timing.h).
+    std::vector<double> med;
+    throw_if_error(time_median_interleaved_ms(c.s0, o->reps,
+                                              {[&](int) { return fused->run(c.s0); }, [&](int) { return unfused->run(c.s0); },
+                                               [&](int) { return baseline(c, false, 0); }, [&](int) { return baseline(c, true, 0); },
+                                               [&](int) { return baseline(c, false, 1); }, [&](int) { return baseline(c, false, 2); }},
+                                              &med));
     throw_if_error(fused->finish(c.s0));
-    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return unfused->run(c.s0); }, &t_unfused));
     throw_if_error(unfused->finish(c.s0));
-    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 0); }, &t_a));
-    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, true, 0); }, &t_b));
-    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 1); }, &t_comm));
-    throw_if_error(time_median_ms(c.s0, o->reps, [&] { return baseline(c, false, 2); }, &t_gemm));
+    const double t_fused = med[0], t_unfused = med[1], t_a = med[2], t_b = med[3], t_comm = med[4], t_gemm = med[5];
     const double ideal = std::max(t_comm, t_gemm);
     std::printf("%s %s W=%d M=%ld N=%ld K=%ld (virtual ranks on one GPU; device copies stand in for NCCL)\n", o->model.c_str(),
                 to_string(cfg.op), cfg.world, cfg.m, cfg.n, cfg.k);

@@ -29,10 +29,12 @@ for s in "${steps[@]}"; do
       grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|\[watchdog\]|\[gpu-dag\]|\[gemm|Expected|Which is|rel|Failure|error" "$out/gpu-tests.log" ;;
     ncu-gemm)
       # Nsight Compute on one GEMM shape: our persistent kernel and cuBLAS's kernel on the same inputs.
+      # --clock-control none: the card's clocks are left as they are (the device notes ask for it;
+      # ncu's default locks them to base, where our kernel and cuBLAS compare differently).
       for shape in ${NCU_SHAPES:-4096x4096x1536}; do
         for k in "regex:persistent_kernel" "regex:nvjet|sm90_xmma|cutlass"; do
           tag=$([ "$k" = "regex:persistent_kernel" ] && echo kosmos || echo cublas)
-          ncu --kernel-name "$k" --launch-skip 3 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+          ncu --clock-control none --kernel-name "$k" --launch-skip 3 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
               --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
               $bin/kosmos bench gemm --shapes "$shape" --reps 5 > "$out/ncu-$shape-$tag.txt" 2>&1
           grep -E "Duration|Throughput|Pipe|Stall|Issued|Eligible|Hit Rate|Kernel|nvjet|persistent" "$out/ncu-$shape-$tag.txt" | head -60

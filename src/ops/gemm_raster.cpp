@@ -145,6 +145,8 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
   const int real_end = p.m_real_end > 0 ? std::min(p.m_real_end, p.m_end) : p.m_end;
   const int real_m_tiles = real_end - p.m_begin;
   std::vector<RasterChoice> all;
+  std::vector<bool> shorter_run;        // dense: shorter than the makespan-optimal length
+  double longest_run_bytes = INFINITY;  // dense: the fewest bytes at the makespan-optimal lengths
   for (bool along_n : {false, true}) {
     if (along_n && !p.allow_along_n) continue;
     const int dim = along_n ? p.n_tiles : m_tiles;
@@ -158,8 +160,20 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
       for (int run = 1; run <= std::min(dim, 16); ++run)
         if (run == 1 || (dim + run - 1) / run < (dim + run - 2) / (run - 1)) lengths.push_back(uint32_t(run));
     } else {
-      lengths.push_back(
-          choose_run_length(along_n ? p.n_tiles : real_m_tiles, along_n ? real_m_tiles : p.n_tiles, share));
+      // Dense: the makespan-optimal length and every shorter one with the same makespan, longest
+      // first (on equal estimates the longer run wins). One wave of long runs puts few tiles of
+      // each row and column in flight: 8192^3 in runs of 16 down M has 4 A and 33 B blocks per step
+      // (136 MB at K = 8192), so every step streams from HBM (ncu, H200: 2.96 GB read vs cuBLAS's
+      // 1.27 GB); runs of 4 in groups of 16 cover a 16 x 8 block of tiles per step (68 MB, about
+      // half the bytes) at the same makespan. A shorter run is kept only where it saves at least a
+      // fifth of the bytes (below): it restarts more often, and smaller savings are inside the
+      // estimate's error (24576 x 4096 x 7168: 1.5 % fewer bytes for six times the tasks).
+      const int64_t m_t = along_n ? p.n_tiles : real_m_tiles, n_t = along_n ? real_m_tiles : p.n_tiles;
+      const uint32_t best_run = choose_run_length(m_t, n_t, share);
+      auto span = [&](int64_t run) { return (n_t * ((m_t + run - 1) / run) + share - 1) / share * run; };
+      for (int64_t run = best_run; run >= 1; --run)
+        if (span(run) == span(best_run) && (run == best_run || run == 1 || (m_t + run - 1) / run < (m_t + run - 2) / (run - 1)))
+          lengths.push_back(uint32_t(run));
     }
     for (const uint32_t run : lengths) {
       const int runs = (dim + int(run) - 1) / int(run);
@@ -173,13 +187,18 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
         const double compute = waves * run * p.tile_seconds;
         const double hbm = expected_hbm_bytes(order, p);
         const double seconds = std::max(compute, hbm / kHbmBytesPerSecond) + waves * kRestartSeconds;
+        const bool shorter = p.slots_per_group == 0 && run != lengths.front();
+        if (!shorter) longest_run_bytes = std::min(longest_run_bytes, hbm);
         all.push_back(RasterChoice{along_n, run, g, seconds, hbm});
+        shorter_run.push_back(shorter);
         if (g == runs) break;
       }
     }
   }
   // The cheapest estimate; among those within 1 % of it, the fewest HBM bytes (a GEMM near the
   // bandwidth limit slows down before the max() says so), then the earlier candidate.
+  for (size_t i = all.size(); i-- > 0;)
+    if (shorter_run[i] && all[i].est_hbm_bytes > 0.8 * longest_run_bytes) all.erase(all.begin() + std::ptrdiff_t(i));
   double best_t = INFINITY;
   for (const auto& c : all) best_t = std::min(best_t, c.est_seconds);
   const RasterChoice* best = nullptr;
