@@ -31,7 +31,8 @@
 // repetition every rank enqueues a gate kernel (spins on a host-mapped flag),
 // an NCCL barrier (a one-int all-reduce), event a, the variant, event b, and only then opens the
 // gate: the host's enqueue cost stays out of the measurement and all ranks start together. 3
-// warm-ups, median of --reps per rank, reported as the max over ranks (ncclAllReduce(max)).
+// warm-ups, median of --reps per rank (the variants alternate repetition by repetition), reported
+// as the max over ranks (ncclAllReduce(max)).
 // The fused variant's own epoch barrier (TpLayer::run, an NCCL all-reduce before each launch) is
 // inside the timed region: it is part of what a distributed run costs today.
 #include <cublas_v2.h>
@@ -493,22 +494,31 @@ Status one_rep(Net& c, Gate& gate, cudaEvent_t a, cudaEvent_t b, const std::func
   return Status::ok();
 }
 
-// Median over `reps` of one variant on this rank; every rank runs the same sequence (collective).
-Status time_variant(Net& c, Gate& gate, int reps, const std::function<Status()>& fn, double* median_ms) {
+// Medians over `reps` of several variants on this rank, alternated repetition by repetition
+// (repetition i starts with variant i % n: timed in blocks, the later variants ran on a hotter card,
+// bench_timing.h); every rank runs the same sequence (collective).
+Status time_variants(Net& c, Gate& gate, int reps, const std::vector<std::function<Status()>>& fns,
+                     std::vector<double>* medians) {
+  const size_t n = fns.size();
   cudaEvent_t a, b;
   KOSMOS_CUDA_CHECK(cudaEventCreate(&a));
   KOSMOS_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> v;
+  std::vector<std::vector<double>> v(n);
   auto loop = [&]() -> Status {
-    // One ungated call first: NCCL connects peers lazily on first use (host-side handshakes, maybe
-    // synchronous copies), which must not happen while the gate holds the stream.
-    KOSMOS_RETURN_IF_ERROR(c.t->barrier(c.s0));
-    KOSMOS_RETURN_IF_ERROR(fn());
-    KOSMOS_CUDA_CHECK(cudaStreamSynchronize(c.s0));
+    // One ungated call of each first: NCCL connects peers lazily on first use (host-side
+    // handshakes, maybe synchronous copies), which must not happen while the gate holds the stream.
+    for (const auto& fn : fns) {
+      KOSMOS_RETURN_IF_ERROR(c.t->barrier(c.s0));
+      KOSMOS_RETURN_IF_ERROR(fn());
+      KOSMOS_CUDA_CHECK(cudaStreamSynchronize(c.s0));
+    }
     for (int i = 0; i < 3 + reps; ++i) {  // 3 warm-ups
-      float ms = 0;
-      KOSMOS_RETURN_IF_ERROR(one_rep(c, gate, a, b, fn, &ms));
-      if (i >= 3) v.push_back(ms);
+      for (size_t jj = 0; jj < n; ++jj) {
+        const size_t j = (size_t(i) + jj) % n;
+        float ms = 0;
+        KOSMOS_RETURN_IF_ERROR(one_rep(c, gate, a, b, fns[j], &ms));
+        if (i >= 3) v[j].push_back(ms);
+      }
     }
     return Status::ok();
   };
@@ -516,8 +526,11 @@ Status time_variant(Net& c, Gate& gate, int reps, const std::function<Status()>&
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   KOSMOS_RETURN_IF_ERROR(st);
-  std::sort(v.begin(), v.end());
-  *median_ms = v[v.size() / 2];
+  medians->assign(n, 0.0);
+  for (size_t j = 0; j < n; ++j) {
+    std::sort(v[j].begin(), v[j].end());
+    (*medians)[j] = v[j][v[j].size() / 2];
+  }
   return Status::ok();
 }
 
@@ -669,17 +682,16 @@ void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
 
   // ---- timing (collective)
   say("timing...");
-  double t_fused, t_unfused, t_a, t_b, t_comm, t_gemm;
-  throw_if_error(time_variant(c, gate, o.reps, [&] { return fused->run(c.s0); }, &t_fused));
+  std::vector<double> mine;  // fused, unfused, (a), (b), comm only, GEMMs only
+  throw_if_error(time_variants(c, gate, o.reps,
+                               {[&] { return fused->run(c.s0); }, [&] { return unfused->run(c.s0); },
+                                [&] { return baseline(c, false, 0); }, [&] { return baseline(c, true, 0); },
+                                [&] { return baseline(c, false, 1); }, [&] { return baseline(c, false, 2); }},
+                               &mine));
   throw_if_error(fused->finish(c.s0));
-  throw_if_error(time_variant(c, gate, o.reps, [&] { return unfused->run(c.s0); }, &t_unfused));
   throw_if_error(unfused->finish(c.s0));
-  throw_if_error(time_variant(c, gate, o.reps, [&] { return baseline(c, false, 0); }, &t_a));
-  throw_if_error(time_variant(c, gate, o.reps, [&] { return baseline(c, true, 0); }, &t_b));
-  throw_if_error(time_variant(c, gate, o.reps, [&] { return baseline(c, false, 1); }, &t_comm));
-  throw_if_error(time_variant(c, gate, o.reps, [&] { return baseline(c, false, 2); }, &t_gemm));
   cuda(cudaStreamSynchronize(c.s0), "timing");
-  const std::vector<double> mine = {t_fused, t_unfused, t_a, t_b, t_comm, t_gemm};
+  double t_fused, t_unfused, t_a, t_b, t_comm, t_gemm;
   std::vector<double> per_rank;
   throw_if_error(allgather(c, xfer, mine, &per_rank));
   std::vector<double> mx = mine;
@@ -727,7 +739,7 @@ void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
     j["rel_err_vs_cublas"] = err_cublas;
     j["rel_err_vs_fp64_sampled"] = err_fp64;
     j["reps"] = o.reps;
-    j["timing"] = "per rank: gate kernel + NCCL barrier, then CUDA events around the variant; 3 warm-ups, median of reps; "
+    j["timing"] = "per rank: gate kernel + NCCL barrier, then CUDA events around the variant; 3 warm-ups, median of reps, the variants alternating repetition by repetition; "
                   "reported: max over ranks. fused includes TpLayer::run's epoch barrier (one NCCL all-reduce).";
     j["baseline_a"] = "NCCL collective(s) and cublasGemmEx in sequence on one stream";
     j["baseline_b"] = "collective split into W chunks on a comm stream (ncclSend/Recv pairs for gathers; ncclReduce to each owner "
