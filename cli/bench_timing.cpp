@@ -29,9 +29,17 @@ Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status(
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   KOSMOS_RETURN_IF_ERROR(st);
-  std::sort(v.begin(), v.end());
-  *median_ms = v[v.size() / 2];
+  *median_ms = medians_of({std::move(v)})[0];
   return Status::ok();
+}
+
+std::vector<double> medians_of(std::vector<std::vector<double>> samples) {
+  std::vector<double> out;
+  for (auto& v : samples) {
+    std::sort(v.begin(), v.end());
+    out.push_back(v[v.size() / 2]);
+  }
+  return out;
 }
 
 Status time_median_interleaved_ms(cudaStream_t stream, int reps, const std::vector<std::function<Status(int)>>& fns,
@@ -61,11 +69,7 @@ Status time_median_interleaved_ms(cudaStream_t stream, int reps, const std::vect
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   KOSMOS_RETURN_IF_ERROR(st);
-  medians->assign(n, 0.0);
-  for (size_t j = 0; j < n; ++j) {
-    std::sort(v[j].begin(), v[j].end());
-    (*medians)[j] = v[j][v[j].size() / 2];
-  }
+  *medians = medians_of(std::move(v));
   return Status::ok();
 }
 

@@ -15,6 +15,9 @@ namespace kosmos::cli {
 
 Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status()>& fn, double* median_ms);
 
+// The median of each variant's samples (every samples[j] non-empty; the upper median of an even count).
+std::vector<double> medians_of(std::vector<std::vector<double>> samples);
+
 // Times several functions alternately, median of `reps` each: repetition i runs every function once
 // (starting with function i % n), each between its own events and synchronised, so that the card's
 // drifting clocks and temperature reach all of them alike. Timing one after the other gave the second

@@ -526,11 +526,7 @@ Status time_variants(Net& c, Gate& gate, int reps, const std::vector<std::functi
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   KOSMOS_RETURN_IF_ERROR(st);
-  medians->assign(n, 0.0);
-  for (size_t j = 0; j < n; ++j) {
-    std::sort(v[j].begin(), v[j].end());
-    (*medians)[j] = v[j][v[j].size() / 2];
-  }
+  *medians = medians_of(std::move(v));
   return Status::ok();
 }
 
