@@ -9,30 +9,6 @@
 
 namespace kosmos::cli {
 
-Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status()>& fn, double* median_ms) {
-  KOSMOS_CHECK(reps > 0, "time_median_ms: reps must be > 0");
-  cudaEvent_t a, b;
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&a));
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&b));
-  Status st;
-  std::vector<double> v;
-  for (int i = 0; i < 3 && st.is_ok(); ++i) st = fn();
-  for (int i = 0; i < reps && st.is_ok(); ++i) {
-    float ms = 0;
-    if (cudaEventRecord(a, stream) != cudaSuccess || !(st = fn()).is_ok() || cudaEventRecord(b, stream) != cudaSuccess ||
-        cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
-      if (st.is_ok()) st = Status(StatusCode::kCudaError, "time_median_ms: CUDA event timing failed");
-      break;
-    }
-    v.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  KOSMOS_RETURN_IF_ERROR(st);
-  *median_ms = medians_of({std::move(v)})[0];
-  return Status::ok();
-}
-
 std::vector<double> medians_of(std::vector<std::vector<double>> samples) {
   std::vector<double> out;
   for (auto& v : samples) {
@@ -44,7 +20,7 @@ std::vector<double> medians_of(std::vector<std::vector<double>> samples) {
 
 Status time_median_interleaved_ms(cudaStream_t stream, int reps, const std::vector<std::function<Status(int)>>& fns,
                                   std::vector<double>* medians) {
-  KOSMOS_CHECK(reps > 0 && !fns.empty(), "time_median_interleaved_ms: needs reps > 0 and at least one function");
+  KOSMOS_CHECK(reps > 0 && !fns.empty(), "bench timing: needs reps > 0 and at least one function");
   const size_t n = fns.size();
   cudaEvent_t a, b;
   KOSMOS_CUDA_CHECK(cudaEventCreate(&a));
@@ -60,7 +36,7 @@ Status time_median_interleaved_ms(cudaStream_t stream, int reps, const std::vect
       if (cudaEventRecord(a, stream) != cudaSuccess || !(st = fns[j](i)).is_ok() ||
           cudaEventRecord(b, stream) != cudaSuccess || cudaEventSynchronize(b) != cudaSuccess ||
           cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
-        if (st.is_ok()) st = Status(StatusCode::kCudaError, "time_median_interleaved_ms: CUDA event timing failed");
+        if (st.is_ok()) st = Status(StatusCode::kCudaError, "bench timing: CUDA event timing failed");
         break;
       }
       v[j].push_back(ms);
@@ -70,6 +46,13 @@ Status time_median_interleaved_ms(cudaStream_t stream, int reps, const std::vect
   cudaEventDestroy(b);
   KOSMOS_RETURN_IF_ERROR(st);
   *medians = medians_of(std::move(v));
+  return Status::ok();
+}
+
+Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status()>& fn, double* median_ms) {
+  std::vector<double> med;
+  KOSMOS_RETURN_IF_ERROR(time_median_interleaved_ms(stream, reps, {[&](int) { return fn(); }}, &med));
+  *median_ms = med[0];
   return Status::ok();
 }
 

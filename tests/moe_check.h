@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -369,7 +369,6 @@ inline MoeConfig moe_config(int W, int64_t T, int64_t H, int64_t I, int E, int k
   if (cpu) c.watchdog_seconds = 60;  // host threads on a 2-core CI machine can be slow
   return c;
 }
-
 
 // MoeConfig::save_activations against the self-contained backward, on the same inputs: the saving
 // forward's y equals the plain forward's bit for bit (only the receive rows move), its backward's
