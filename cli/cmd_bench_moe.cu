@@ -519,7 +519,7 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing;
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, bwd_run = 0, dx_lag = 0;
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, gemm2_n_run = 0, bwd_run = 0, dx_lag = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
   };
@@ -546,6 +546,8 @@ void add_bench_moe(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--gemm1-run", o->gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen with the claim groups; set: one run per claim group)")->check(CLI::Range(0, 16));
   cmd->add_option("--gemm2-run", o->gemm2_run, "Forward: worst-case slots per GEMM2 task (0: chosen)")->check(CLI::Range(0, 16));
+  cmd->add_option("--gemm2-n-run", o->gemm2_n_run, "Forward: GEMM2 tiles per task along N, with one-slot GEMM2 runs (0: chosen)")
+      ->check(CLI::Range(0, 16));
   cmd->add_option("--bwd-run", o->bwd_run, "Backward: worst-case slots per H1 / dA' / dX task (0: chosen)")
       ->check(CLI::Range(0, 16));
   cmd->add_option("--dx-lag", o->dx_lag,
@@ -574,6 +576,7 @@ void add_bench_moe(CLI::App& bench) {
     cfg.gemm2_lag = o->gemm2_lag;
     cfg.gemm1_run = o->gemm1_run;
     cfg.gemm2_run = o->gemm2_run;
+    cfg.gemm2_n_run = o->gemm2_n_run;
     cfg.backward_run = o->bwd_run;
     cfg.backward_dx_lag = o->dx_lag;
     const int W = cfg.world, E = cfg.num_experts, k = cfg.top_k;

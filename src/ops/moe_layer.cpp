@@ -151,6 +151,8 @@ Status validate(const MoeConfig& c) {
                    c.backward_run <= 16,
                "MoE gemm1_run = ", c.gemm1_run, ", gemm2_run = ", c.gemm2_run, ", backward_run = ", c.backward_run,
                ", expected 0 (chosen) or 1..16");
+  KOSMOS_CHECK(c.gemm2_n_run >= 0 && c.gemm2_n_run <= 16, "MoE gemm2_n_run = ", c.gemm2_n_run,
+               ", expected 0 (chosen) or 1..16");
   KOSMOS_CHECK(c.backward_dx_lag >= 0, "MoE backward_dx_lag = ", c.backward_dx_lag,
                ", expected 0 (chosen) or a positive run count");
   KOSMOS_CHECK(c.gemm2_lag >= 0, "MoE gemm2_lag = ", c.gemm2_lag, ", expected 0 (chosen) or a positive run count");
@@ -408,17 +410,23 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const uint32_t run2 = r2.run;
   const ops::moe::SlotRuns runs2 = ops::moe::make_slot_runs(uint32_t(slots), run2, est_tiles);
   const ops::moe::SlotSteps steps2{runs2, r2.group};
+  // With one-slot runs a GEMM2 task may instead walk n2 tiles along N (cfg.gemm2_n_run).
+  const int n2 = run2 == 1 ? std::min(std::max(1, cfg.gemm2_n_run), p2.num_n_tiles) : 1;
   auto gemm2 = [&](uint32_t d, uint32_t r, int nb) {
-    const GemmTileArgs a = steps2.tile_args(2 * d + 1, r, nb);
-    const uint32_t m0 = a.tile_m, count = a.count;
+    GemmTileArgs a = steps2.tile_args(2 * d + 1, r, nb);
+    if (n2 > 1) {
+      a.count = uint32_t(std::min(n2, p2.num_n_tiles - nb));
+      a.flags |= kernels::gemm::kGemmRunAlongN;
+    }
+    const uint32_t m0 = a.tile_m, m_count = n2 > 1 ? 1u : a.count;
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
-    for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + count - 1); ++ri)
+    for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + m_count - 1); ++ri)
       t.waits.push_back({c_g1run + ri, plan::kWaitAll});
     for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
   };
   // One step of either GEMM: per rank, n-major over the step's runs (SlotSteps).
-  auto emit = [&](const ops::moe::SlotSteps& st, uint32_t s, int n_tiles, auto&& task) {
-    for (uint32_t d = 0; d < W; ++d) st.for_each_tile(s, n_tiles, [&](uint32_t r, int nb) { task(d, r, nb); });
+  auto emit = [&](const ops::moe::SlotSteps& st, uint32_t s, int n_tiles, auto&& task, int n_step = 1) {
+    for (uint32_t d = 0; d < W; ++d) st.for_each_tile(s, n_tiles, [&](uint32_t r, int nb) { task(d, r, nb); }, n_step);
   };
   // GEMM2 step j goes in `lag` GEMM1 steps after the last GEMM1 step it needs. Decode: about two
   // waves of GEMM1 tasks lie between them, so a CTA claiming it rarely finds its input still being
@@ -437,7 +445,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   uint32_t next2 = 0;
   for (uint32_t s = 0; s < num_steps1 + lag; ++s) {
     if (s < num_steps1) emit(steps1, s, p1.num_n_tiles, gemm1);
-    while (s >= lag && next2 < num_steps2 && needs(next2) <= s - lag) emit(steps2, next2++, p2.num_n_tiles, gemm2);
+    while (s >= lag && next2 < num_steps2 && needs(next2) <= s - lag) emit(steps2, next2++, p2.num_n_tiles, gemm2, n2);
   }
   const uint32_t tpt = cfg.combine_tokens_per_task > 0
                            ? uint32_t(cfg.combine_tokens_per_task)
@@ -478,7 +486,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
      << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << cut.experts_per_task << " experts x 1/" << cut.slices << " of the rows each], "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "; from slot " << runs.head_end
      << " runs of " << runs.tail << " / " << runs2.tail << "); claimed in groups of " << r1.group << " / " << r2.group
-     << " runs; GEMM2 lag " << lag << " steps; raster " << r1.describe << " / " << r2.describe << "; n tiles "
+     << " runs; GEMM2 lag " << lag << " steps, GEMM2 " << n2 << " n tiles per task; raster " << r1.describe << " / " << r2.describe << "; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;
   impl->summary = os.str();

@@ -156,10 +156,11 @@ struct SlotSteps {
     return s < head_steps() ? std::min(runs.head_runs(), (s + 1) * group) : first_run(s) + 1;
   }
   uint32_t of_run(uint32_t ri) const { return ri < runs.head_runs() ? ri / group : head_steps() + (ri - runs.head_runs()); }
-  // f(run, n block) for the tiles of step s, in its claim order: n-major over the step's runs.
+  // f(run, n block) for the tiles of step s, in its claim order: n-major over the step's runs
+  // (n_step > 1: every n_step-th n block, for tasks that walk n_step tiles along N).
   template <class F>
-  void for_each_tile(uint32_t s, int n_tiles, F&& f) const {
-    for (int nb = 0; nb < n_tiles; ++nb)
+  void for_each_tile(uint32_t s, int n_tiles, F&& f, int n_step = 1) const {
+    for (int nb = 0; nb < n_tiles; nb += n_step)
       for (uint32_t r = first_run(s); r < end_run(s); ++r) f(r, nb);
   }
   // The task payload of run r's tiles at n block nb of GEMM problem `problem`.

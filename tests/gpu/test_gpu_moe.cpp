@@ -13,8 +13,14 @@ using namespace kosmos;
 using namespace kosmos::test;
 
 namespace {
-void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0) {
+// gemm2_n_run > 0: one-slot GEMM2 runs, each task walking that many n tiles along N.
+void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
+             int gemm2_n_run = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
+  if (gemm2_n_run > 0) {
+    c.gemm2_run = 1;
+    c.gemm2_n_run = gemm2_n_run;
+  }
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -62,6 +68,15 @@ INSTANTIATE_TEST_SUITE_P(Worlds, GpuMoe,
                          [](const auto& info) {
                            return "W" + std::to_string(std::get<0>(info.param)) + "_" + routing_name(std::get<1>(info.param));
                          });
+
+TEST(GpuMoeRuns, Gemm2TasksAlongN) {
+  SKIP_WITHOUT_GPU();
+  // H = 1320 is not a multiple of any tile width: the last n tile is partial and runs end short.
+  for (int n_run : {2, 4}) {
+    run_moe(1, 200, 1320, 256, 32, 8, Routing::kSkewed, 0, n_run);
+    run_moe(8, 77, 1320, 136, 8, 4, Routing::kSkewedWithDrops, 0, n_run);
+  }
+}
 
 TEST(GpuMoeGraph, FusedForwardReplaysFromACudaGraph) {
   SKIP_WITHOUT_GPU();

@@ -10,7 +10,7 @@ using namespace kosmos::test;
 
 namespace {
 struct ClaimOrder {
-  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0;
+  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0;
 };
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0, ClaimOrder order = {}) {
@@ -21,6 +21,7 @@ void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, in
   c.gemm1_run = order.gemm1_run;
   c.gemm2_run = order.gemm2_run;
   c.gemm2_lag = order.gemm2_lag;
+  c.gemm2_n_run = order.gemm2_n_run;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -74,6 +75,32 @@ TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
   run_moe(2, 150, 8, 4, Routing::kSkewed, 64, 32, 0, 0, 0, {1, 1, 1});
   run_moe(2, 150, 8, 4, Routing::kSkewed, 64, 32, 0, 0, 0, {3, 16, 1000});
   run_moe(4, 64, 8, 8, Routing::kSkewedWithDrops, 64, 32, 0, 0, 0, {16, 2, 2});
+  // GEMM2 tasks walking n tiles along N (one-slot runs): H = 640 is not a multiple of any tile
+  // width, so some runs end in a partial one, and 16 is capped at the tile count.
+  for (int n_run : {2, 4, 16}) {
+    run_moe(2, 150, 8, 4, Routing::kSkewed, 640, 32, 0, 0, 0, {0, 1, 0, n_run});
+    run_moe(1, 37, 8, 8, Routing::kSkewedWithDrops, 640, 48, 0, 0, 0, {1, 1, 1, n_run});
+  }
+}
+
+TEST(MoeCpuShapes, Gemm2RunsAlongNArePlanned) {
+  // The knob above must reach the plan (or those runs test nothing new): with one-slot GEMM2 runs
+  // the summary names the n tiles per task; with longer slot runs it is ignored.
+  for (auto [slots, n_run, want] : {std::tuple{1, 2, "GEMM2 2 n tiles per task"}, {1, 0, "GEMM2 1 n tiles per task"},
+                                    {2, 4, "GEMM2 1 n tiles per task"}}) {
+    MoeConfig c = moe_config(2, 150, 640, 32, 8, 4, true);
+    c.gemm2_run = slots;
+    c.gemm2_n_run = n_run;
+    std::unique_ptr<MoeLayer> L;
+    ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+    EXPECT_NE(L->describe().find(want), std::string::npos) << L->describe();
+  }
+  MoeConfig c = moe_config(1, 4, 64, 32, 8, 2, true);
+  c.gemm2_n_run = 17;
+  std::unique_ptr<MoeLayer> L;
+  const Status s = MoeLayer::plan(c, &L);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.to_string().find("gemm2_n_run = 17"), std::string::npos) << s.to_string();
 }
 
 TEST(MoeCpu, PhaseByPhaseIsTheUnfusedComposition) {
