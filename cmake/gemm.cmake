@@ -32,6 +32,13 @@ target_compile_options(gemm_engine_bench PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KO
 target_link_libraries(gemm_engine_bench PRIVATE kosmos kosmos_gemm CUDA::cublas CUDA::cublasLt)
 set_target_properties(gemm_engine_bench PROPERTIES CUDA_ARCHITECTURES 90a)
 
+# Diagnostic: can the persistent launch be cooperative and clustered, and how many SMs do 2-CTA
+# clusters keep at the op kernel's shape? (docs/design/runtime.md, "Paired claims")
+add_executable(cluster_probe benchmarks/cluster_probe.cu)
+target_compile_options(cluster_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
+target_link_libraries(cluster_probe PRIVATE kosmos_gemm)
+set_target_properties(cluster_probe PROPERTIES CUDA_ARCHITECTURES 90a)
+
 # Diagnostic: per-tile phase marks of the engine (gemm_tile built with KOSMOS_GEMM_PROBE).
 # The runtime's op kernel is built a second time with the marks (an object library linked ahead
 # of libkosmos, so its op_kernel_variant() is the one the product path uses in this binary).
