@@ -5,10 +5,14 @@
 // alternate repetition by repetition), input buffers rotated
 // over enough copies that their total exceeds 2 x the 60 MB L2. Outputs verified against cuBLAS.
 //   gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64] [--layout nt|nn]
-//                     [--dense-only|--grouped-only] [--dump-groups PATH [--dump-only]]
+//                     [--dense-only|--grouped-only] [--dump-groups PATH [--dump-only]] [--pair-b]
+//                     [--shapes MxNxK[,MxNxK...]]   (dense shapes instead of the issue's eight)
 // --dump-groups PATH writes the grouped cases' per-expert row counts (expert_rows()) and their
 // (N, K) shapes as JSON before any GPU work, for bench/torch_baselines.py grouped-gemm --sizes PATH;
 // --dump-only exits after writing it (no GPU needed).
+// --pair-b (experiment, NT dense shapes with 128x256 tiles and an even number of m runs): also times
+// the standalone engine in 2-CTA clusters whose pair shares each B tile (multicast, one load per
+// pair; gemm_tile_pair_b), checks its C equals the plain engine's bit for bit, and prints the ratio.
 // --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
 // choose_run_length: minimise ceil(tasks / SMs) * run over run <= 16, longer runs on ties).
 #include <cublasLt.h>
@@ -16,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +62,8 @@ struct Options {
   bool dense = true, grouped = true;
   std::string dump_groups;
   bool dump_only = false;
+  bool pair_b = false;
+  std::vector<std::array<int64_t, 3>> shapes;  // --shapes MxNxK,...: dense shapes instead of the issue's eight
 };
 
 using bench_util::fill_random_bf16;
@@ -129,7 +136,58 @@ struct Row {
   std::string rt_dense_raster;
   std::string ref_name, ref2_name, shape;
   double err;
+  double pair_ms = 0;       // --pair-b: the engine in 2-CTA clusters sharing B
+  bool pair_equal = false;  // its C == the plain engine's, bit for bit
 };
+
+// --pair-b: the standalone engine's schedule over cluster pairs. Cluster c takes pair units; its CTA
+// of rank r runs m run 2 * unit + r, so both walk the same n block and K in step (gemm_tile_pair_b).
+__global__ void __launch_bounds__(384, 1)
+    gemm_engine_pair_kernel(const __grid_constant__ GemmParams p, int run, int group_m_runs) {
+  extern __shared__ __align__(1024) char smem[];
+  kosmos::kernels::gemm::NoWait no_wait;
+  const int rank = int(cute::block_rank_in_cluster());
+  const int clusters = int(gridDim.x) / 2, cluster = int(blockIdx.x) / 2;
+  const int pairs = p.num_m_tiles / (2 * run);
+  const int gp = max(1, group_m_runs / 2);
+  const int total = pairs * p.num_n_tiles;
+  for (int t = cluster; t < total; t += clusters) {
+    const int per_group = gp * p.num_n_tiles;
+    const int group = t / per_group, within = t % per_group;
+    const int rows_in_group = min(gp, pairs - group * gp);
+    const int pair = group * gp + within % rows_in_group;
+    const int n_tile = within / rows_in_group;
+    const GemmTileArgs args{0, uint32_t((2 * pair + rank) * run), uint32_t(n_tile), uint32_t(run), {}};
+    kosmos::kernels::gemm::gemm_tile_pair_b(p, args, smem, int(threadIdx.x), no_wait);
+    __syncthreads();
+  }
+}
+
+bool pair_b_applies(const GemmParams& p, bool nn, int run) {
+  return !nn && p.tile_shape == GemmTileShape::k128x256 && p.num_groups == 0 && p.num_m_tiles % (2 * run) == 0;
+}
+
+void launch_pair_b(const GemmParams& p, int sms, int run, int group_m_runs) {
+  static bool configured = false;
+  if (!configured) {
+    CK(cudaFuncSetAttribute(gemm_engine_pair_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            kosmos::kernels::gemm::kGemmSmemBytesMax));
+    configured = true;
+  }
+  const int total = p.num_m_tiles / (2 * run) * p.num_n_tiles;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(2 * std::min(sms / 2, total)));
+  cfg.blockDim = dim3(384);
+  cfg.dynamicSmemBytes = kosmos::kernels::gemm::gemm_smem_bytes(GemmTileShape::k128x256);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, gemm_engine_pair_kernel, p, run, group_m_runs));
+}
 
 GemmTileShape parse_shape(const std::string& s) {
   if (s == "256") return GemmTileShape::k128x256;
@@ -190,10 +248,23 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
   CK(cudaDeviceSynchronize());
   Row r;
   r.err = rel_diff(*C[0], Cref, c_el);
-  const std::vector<float> t = time_medians(
-      o.reps, sets,
-      {[&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); },
-       [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); }});
+  std::vector<std::function<void(int)>> launchers = {
+      [&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); },
+      [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); }};
+  const bool pair = o.pair_b && pair_b_applies(P[0], o.nn, run);
+  if (pair) {
+    std::vector<uint16_t> plain(c_el), paired(c_el);
+    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
+    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, run, o.raster));
+    CK(cudaMemcpy(plain.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
+    launch_pair_b(P[0], sms, run, o.raster);
+    CK(cudaMemcpy(paired.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
+    r.pair_equal = plain == paired;
+    launchers.push_back([&](int s) { launch_pair_b(P[s], sms, run, o.raster); });
+  }
+  const std::vector<float> t = time_medians(o.reps, sets, launchers);
+  if (pair) r.pair_ms = t[2];
   r.ours_ms = t[0];
   r.ref_ms = t[1];
   r.ref2_ms = 0;
@@ -431,6 +502,21 @@ int main(int argc, char** argv) {
     else if (a == "--grouped-only") o.dense = false;
     else if (a == "--dump-groups") o.dump_groups = next();
     else if (a == "--dump-only") o.dump_only = true;
+    else if (a == "--pair-b") o.pair_b = true;
+    else if (a == "--shapes") {
+      const std::string v = next();
+      for (size_t at = 0; at < v.size();) {
+        size_t end = v.find(',', at);
+        if (end == std::string::npos) end = v.size();
+        long long m = 0, n = 0, k = 0;
+        if (std::sscanf(v.substr(at, end - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3 || m <= 0 || n <= 0 || k <= 0) {
+          std::fprintf(stderr, "--shapes: expected MxNxK[,MxNxK...], got '%s'\n", v.c_str());
+          return 2;
+        }
+        o.shapes.push_back({m, n, k});
+        at = end + 1;
+      }
+    }
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -454,7 +540,9 @@ int main(int argc, char** argv) {
   if (o.dense) {
     const int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 3584, 8192}, {8192, 8192, 3584}, {8192, 1536, 8192},
                                  {2048, 3584, 8192}, {16384, 7168, 2048}, {4096, 4096, 1536}, {128, 7168, 2048}};
-    for (auto& s : shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
+    if (o.shapes.empty())
+      for (auto& s : shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
+    for (auto& s : o.shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
   }
   if (o.grouped) {
     for (const GroupedCase& c : kGroupedCases) rows.push_back(bench_grouped(cub, o, sms, c.n, c.k, c.name));
@@ -478,6 +566,11 @@ int main(int argc, char** argv) {
       const double rd = r.flops / r.rt_dense_ms * 1e-9;
       std::printf("%-40s %-12s %9.1f %9s %7s %9.1f %7.3f   (%s)\n", "  kosmos::Gemm dense, same total M", "", rd, "", "", ref2,
                   ref2 > 0 ? rd / ref2 : 0.0, r.rt_dense_raster.c_str());
+    }
+    if (r.pair_ms > 0) {
+      const double pr = r.flops / r.pair_ms * 1e-9;
+      std::printf("%-40s %-12s %9.1f %9.1f %7.3f   (vs the plain engine %.3f; C bit for bit equal: %s)\n",
+                  "  engine, 2-CTA clusters sharing B", "", pr, ref, pr / ref, pr / ours, r.pair_equal ? "yes" : "NO");
     }
     if (r.ref2_ms == 0) {
       log_sum += std::log(ours / ref);
@@ -520,6 +613,9 @@ int main(int argc, char** argv) {
       if (r.rt_dense_ms > 0)
         std::fprintf(f, ", \"runtime_dense_tflops\": %.2f, \"runtime_dense_raster\": \"%s\"", r.flops / r.rt_dense_ms * 1e-9,
                      r.rt_dense_raster.c_str());
+      if (r.pair_ms > 0)
+        std::fprintf(f, ", \"pair_b_tflops\": %.2f, \"pair_b_ms\": %.4f, \"pair_b_bitwise_equal\": %s", r.flops / r.pair_ms * 1e-9,
+                     r.pair_ms, r.pair_equal ? "true" : "false");
       std::fprintf(f, ", \"rel_err_vs_baseline\": %.3e}%s\n", r.err, i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");

@@ -45,6 +45,7 @@
 // takes the address of p.tma_a / p.tma_b); the kernel runs 384 threads, __launch_bounds__(384, 1).
 #pragma once
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90.hpp>
@@ -384,7 +385,14 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
   }
 }
 
-template <class Cfg, bool kAMn, bool kBMn, bool kSetMaxNReg, class Waiter>
+// kPairB (experiment, standalone engine only; docs/design/gemm.md, "Where the remaining gap is"):
+// the CTA runs in a 2-CTA cluster whose partner computes the tiles below or above it with the same
+// B tiles (same n, same K). The pair shares B: k-block kb's B tile is loaded once, by the CTA of
+// cluster rank kb % 2, multicast into both CTAs' rings; every consumer warpgroup releases a stage on
+// both CTAs' empty barriers (4 arrivals), so neither producer overwrites a stage its partner still
+// reads. Both CTAs must run the same tiles' k loops in step; cluster barriers at the start (both
+// rings initialised) and the end (no remote arrival or multicast write left in flight).
+template <class Cfg, bool kAMn, bool kBMn, bool kSetMaxNReg, bool kPairB = false, class Waiter>
 __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTileArgs& a, char* smem_raw,
                                                int thread_idx, Waiter& wait) {
   using Tr = TileTraits<Cfg, kAMn, kBMn>;
@@ -412,11 +420,13 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       cutlass::arch::ClusterBarrier::init(&full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&empty[s], 2);
+      cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
     }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
+  static_assert(!kPairB || (!kAMn && !kBMn), "kPairB: A row-major, B [N, K] only");
+  if constexpr (kPairB) cute::cluster_sync();
 
   if (wg_idx == 0) {
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
@@ -449,7 +459,10 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
             } else {
               SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa, k0, t.a_row0);
             }
-            if constexpr (kBMn) {
+            if constexpr (kPairB) {
+              if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
+                SM90_TMA_LOAD_MULTICAST_3D::copy(&p.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
+            } else if constexpr (kBMn) {
 #pragma unroll
               for (int j = 0; j < kBN / 64; ++j)
                 SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
@@ -527,7 +540,10 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         }
         warpgroup_commit_batch();
         warpgroup_wait<1>();
-        if (prev_stage >= 0 && signal_thread) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+        if (prev_stage >= 0 && signal_thread) {
+          cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+          if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
+        }
         prev_stage = stage;
         if (++stage == kStages) {
           stage = 0;
@@ -535,7 +551,10 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         }
       }
       warpgroup_wait<0>();
-      if (signal_thread && prev_stage >= 0) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+      if (signal_thread && prev_stage >= 0) {
+        cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+        if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
+      }
       warpgroup_fence_operand(acc);
       if (ct == 0) KOSMOS_GEMM_MARK(0, 2);
 
@@ -592,6 +611,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       named_barrier_arrive(kRegsBarrier, 384);
     }
   }
+  if constexpr (kPairB) cute::cluster_sync();
 }
 
 }  // namespace detail
@@ -625,6 +645,15 @@ __device__ __forceinline__ void gemm_tile_layouts(const GemmParams& p, const Gem
   }
 }
 }  // namespace detail
+
+// Experiment (standalone engine only, launched in 2-CTA clusters): the 128x256 tile of an NT problem
+// (A row-major, B [N, K]) with B shared by the cluster pair (detail::gemm_tile_impl, kPairB). Both
+// CTAs of a cluster must call it together, for tiles of the same n block and the same K.
+template <class Waiter>
+__device__ __forceinline__ void gemm_tile_pair_b(const GemmParams& p, const GemmTileArgs& a, char* smem,
+                                                 int thread_idx, Waiter& wait) {
+  detail::gemm_tile_impl<detail::Config128x256, false, false, true, true>(p, a, smem, thread_idx, wait);
+}
 
 // The task body. Dispatches on the problem's tile shape and operand majors (uniform branches).
 template <class Waiter>
