@@ -20,7 +20,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +37,7 @@
 #include "gemm_engine_test_kernel.cuh"
 #include "kernels/gemm/bf16.h"
 #include "kernels/gemm/gemm_host.h"
+#include "kernels/gemm/gemm_shapes.h"
 
 using namespace kosmos::kernels::gemm;
 
@@ -63,7 +63,7 @@ struct Options {
   std::string dump_groups;
   bool dump_only = false;
   bool pair_b = false;
-  std::vector<std::array<int64_t, 3>> shapes;  // --shapes MxNxK,...: dense shapes instead of the issue's eight
+  std::vector<kosmos::kernels::gemm::GemmShape> shapes;  // --shapes MxNxK,...: dense shapes instead of the issue's eight
 };
 
 using bench_util::fill_random_bf16;
@@ -253,9 +253,7 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
       [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); }};
   const bool pair = o.pair_b && pair_b_applies(P[0], o.nn, run);
   if (pair) {
-    std::vector<uint16_t> plain(c_el), paired(c_el);
-    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
-    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, run, o.raster));
+    std::vector<uint16_t> plain(c_el), paired(c_el);  // C[0]: the plain engine's output, checked above
     CK(cudaMemcpy(plain.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
     launch_pair_b(P[0], sms, run, o.raster);
@@ -504,17 +502,10 @@ int main(int argc, char** argv) {
     else if (a == "--dump-only") o.dump_only = true;
     else if (a == "--pair-b") o.pair_b = true;
     else if (a == "--shapes") {
-      const std::string v = next();
-      for (size_t at = 0; at < v.size();) {
-        size_t end = v.find(',', at);
-        if (end == std::string::npos) end = v.size();
-        long long m = 0, n = 0, k = 0;
-        if (std::sscanf(v.substr(at, end - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3 || m <= 0 || n <= 0 || k <= 0) {
-          std::fprintf(stderr, "--shapes: expected MxNxK[,MxNxK...], got '%s'\n", v.c_str());
-          return 2;
-        }
-        o.shapes.push_back({m, n, k});
-        at = end + 1;
+      std::string bad;
+      if (!kosmos::kernels::gemm::parse_gemm_shapes(next(), &o.shapes, &bad)) {
+        std::fprintf(stderr, "--shapes: expected MxNxK[,MxNxK...], got '%s'\n", bad.c_str());
+        return 2;
       }
     }
     else {
@@ -538,10 +529,7 @@ int main(int argc, char** argv) {
               o.run, o.raster, o.shape.c_str(), o.nn ? "NN (B [K,N])" : "NT (B [N,K])", o.reps);
   std::vector<Row> rows;
   if (o.dense) {
-    const int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 3584, 8192}, {8192, 8192, 3584}, {8192, 1536, 8192},
-                                 {2048, 3584, 8192}, {16384, 7168, 2048}, {4096, 4096, 1536}, {128, 7168, 2048}};
-    if (o.shapes.empty())
-      for (auto& s : shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
+    if (o.shapes.empty()) o.shapes.assign(kosmos::kernels::gemm::kIssueGemmShapes.begin(), kosmos::kernels::gemm::kIssueGemmShapes.end());
     for (auto& s : o.shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
   }
   if (o.grouped) {

@@ -15,6 +15,7 @@
 #include "bench_timing.h"
 #include "common.h"
 #include "kernels/gemm/bf16.h"
+#include "kernels/gemm/gemm_shapes.h"
 #include "kosmos/cuda_check.h"
 #include "kosmos/gemm.h"
 #include "kosmos/runtime.h"
@@ -168,20 +169,11 @@ void add_bench_gemm(CLI::App& bench) {
   cmd->add_option("--shapes", o->shapes, "Comma-separated MxNxK list (default: the issue's eight shapes)");
   cmd->callback([o] {
     if (!gpu_available()) throw Error(Status(StatusCode::kUnavailable, "bench gemm needs a Hopper GPU (none visible)"));
-    std::vector<std::array<int64_t, 3>> shapes = {{8192, 8192, 8192}, {8192, 3584, 8192}, {8192, 8192, 3584},
-                                                  {8192, 1536, 8192}, {2048, 3584, 8192}, {16384, 7168, 2048},
-                                                  {4096, 4096, 1536}, {128, 7168, 2048}};
-    if (!o->shapes.empty()) {
-      shapes.clear();
-      std::stringstream ss(o->shapes);
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        int64_t m, n, k;
-        if (std::sscanf(item.c_str(), "%ldx%ldx%ld", &m, &n, &k) != 3)
-          throw Error(Status(StatusCode::kInvalidArgument, "--shapes: '" + item + "' is not MxNxK"));
-        shapes.push_back({m, n, k});
-      }
-    }
+    using kernels::gemm::kIssueGemmShapes;
+    std::vector<kernels::gemm::GemmShape> shapes(kIssueGemmShapes.begin(), kIssueGemmShapes.end());
+    std::string bad;
+    if (!o->shapes.empty() && !kernels::gemm::parse_gemm_shapes(o->shapes, &shapes, &bad))
+      throw Error(Status(StatusCode::kInvalidArgument, "--shapes: '" + bad + "' is not MxNxK"));
     cublasHandle_t handle;
     if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error(Status(StatusCode::kInternal, "cublasCreate failed"));
     nlohmann::json j = run_metadata(command_line());

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/gemm/gemm_shapes.h"
 #include "ops/gemm_raster.h"
 
 namespace kosmos::ops {
@@ -94,9 +95,8 @@ TEST(GemmRaster, GemmRsOwnerChunkSharesBColumnBlocks) {
 }
 
 TEST(GemmRaster, IssueShapesPrintTheirChoice) {
-  const int shapes[][3] = {{8192, 8192, 8192}, {8192, 3584, 8192}, {8192, 8192, 3584}, {8192, 1536, 8192},
-                           {2048, 3584, 8192}, {16384, 7168, 2048}, {4096, 4096, 1536}, {128, 7168, 2048}};
-  for (const auto& s : shapes) {
+  for (const auto& shape : kernels::gemm::kIssueGemmShapes) {
+    const int s[3] = {int(shape[0]), int(shape[1]), int(shape[2])};
     const int bn = s[0] <= 128 ? 64 : 256;
     const RasterProblem p = problem(0, (s[0] + 127) / 128, (s[1] + bn - 1) / bn, s[2], bn);
     RasterChoice c;
