@@ -7,6 +7,7 @@
 //   gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64] [--layout nt|nn]
 //                     [--dense-only|--grouped-only] [--dump-groups PATH [--dump-only]] [--pair-b]
 //                     [--shapes MxNxK[,MxNxK...]]   (dense shapes instead of the issue's eight)
+//                     [--raster-sweep R]   (kosmos::Gemm under every claim order, R alternated reps each)
 // --dump-groups PATH writes the grouped cases' per-expert row counts (expert_rows()) and their
 // (N, K) shapes as JSON before any GPU work, for bench/torch_baselines.py grouped-gemm --sizes PATH;
 // --dump-only exits after writing it (no GPU needed).
@@ -32,6 +33,7 @@
 
 #include "kosmos/gemm.h"
 #include "ops/gemm_args.h"
+#include "ops/gemm_raster.h"
 #include "ops/op_runner.h"
 #include "bench_util.cuh"
 #include "gemm_engine_test_kernel.cuh"
@@ -63,6 +65,7 @@ struct Options {
   std::string dump_groups;
   bool dump_only = false;
   bool pair_b = false;
+  int sweep_reps = 0;  // --raster-sweep R: every claim order of kosmos::Gemm, R alternated reps each
   std::vector<kosmos::kernels::gemm::GemmShape> shapes;  // --shapes MxNxK,...: dense shapes instead of the issue's eight
 };
 
@@ -138,6 +141,7 @@ struct Row {
   double err;
   double pair_ms = 0;       // --pair-b: the engine in 2-CTA clusters sharing B
   bool pair_equal = false;  // its C == the plain engine's, bit for bit
+  std::vector<std::string> sweep;  // --raster-sweep: one JSON object per claim order
 };
 
 // --pair-b: the standalone engine's schedule over cluster pairs. Cluster c takes pair units; its CTA
@@ -158,7 +162,11 @@ __global__ void __launch_bounds__(384, 1)
     const int pair = group * gp + within % rows_in_group;
     const int n_tile = within / rows_in_group;
     const GemmTileArgs args{0, uint32_t((2 * pair + rank) * run), uint32_t(n_tile), uint32_t(run), {}};
-    kosmos::kernels::gemm::gemm_tile_pair_b(p, args, smem, int(threadIdx.x), no_wait);
+    char* body_smem = smem;  // laundered per tile (gemm_engine_test_kernel.cuh)
+    int body_thread = int(threadIdx.x);
+    asm volatile("" : "+l"(body_smem));
+    asm volatile("" : "+r"(body_thread));
+    kosmos::kernels::gemm::gemm_tile_pair_b(p, args, body_smem, body_thread, no_wait);
     __syncthreads();
   }
 }
@@ -208,6 +216,145 @@ void cublas_gemm(cublasHandle_t h, bool nn, int m, int n, int k, const void* a, 
                   CUDA_R_16BF, k, &beta, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// Counts the elements of x that differ bitwise from y.
+__global__ void count_mismatch(const uint16_t* x, const uint16_t* y, size_t n, unsigned long long* bad) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    local += x[i] != y[i];
+  if (local) atomicAdd(bad, local);
+}
+
+// --raster-sweep: kosmos::Gemm under every claim order the planner could consider (both directions,
+// every run length up to 16 that changes the number of runs, groups of 1, 2, 4, ... runs), each
+// timed alternately with the planner's own choice on the same rotated operand sets, its C checked
+// bit for bit against the planner's. Prints estimate against measurement, fastest first, and keeps
+// them for the JSON: the data to calibrate ops::estimate_hbm_bytes with.
+void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<kosmos::GemmArguments>& args,
+                        const GemmParams& p0, size_t c_el, double flops, Row& row) {
+  auto plan = [&](const kosmos::GemmClaimOrder& co) {
+    std::vector<std::unique_ptr<kosmos::Gemm>> out(sets);
+    kosmos::GemmOptions opt;
+    opt.claim_order = co;
+    for (int s = 0; s < sets; ++s) {
+      const kosmos::Status st = kosmos::Gemm::plan(args[s], opt, &out[s]);
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "sweep: kosmos::Gemm::plan: %s\n", st.to_string().c_str());
+        std::exit(1);
+      }
+    }
+    return out;
+  };
+  auto run_once = [&](kosmos::Gemm& g) {
+    if (!g.run().is_ok() || !g.finish().is_ok()) {
+      std::fprintf(stderr, "sweep: kosmos::Gemm run failed\n");
+      std::exit(1);
+    }
+  };
+  const auto planner = plan({});
+  Buf ref(c_el * 2), bad(8);
+  CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
+  run_once(*planner[0]);
+  CK(cudaMemcpy(ref.p, args[0].c, c_el * 2, cudaMemcpyDeviceToDevice));
+  // The host plans each order between timings and the card idles meanwhile: run the planner's
+  // order for ~50 ms first, so every pair starts at full clocks.
+  const float one_ms = time_medians(3, sets, {[&](int s) { (void)planner[s]->run(); }})[0];
+  const int warm_launches = std::max(3, int(50.0f / std::max(one_ms, 0.01f)));
+  auto warm = [&] {
+    for (int i = 0; i < warm_launches; ++i) (void)planner[i % sets]->run();
+    CK(cudaDeviceSynchronize());
+  };
+  const kosmos::ops::RasterProblem rp = kosmos::ops::raster_problem(p0, 0, p0.num_m_tiles, sms);
+  struct Entry {
+    kosmos::GemmClaimOrder order;
+    kosmos::ops::RasterChoice est;
+    float ms, planner_ms;
+    bool equal;
+  };
+  std::vector<Entry> all;
+  for (bool along_n : {false, true}) {
+    const int dim = along_n ? rp.n_tiles : rp.m_end - rp.m_begin;
+    for (int run = 1; run <= std::min(dim, 16); ++run) {
+      if (run > 1 && (dim + run - 1) / run == (dim + run - 2) / (run - 1)) continue;  // same runs as run - 1
+      const int runs = (dim + run - 1) / run;
+      for (int g = 1;; g = std::min(2 * g, runs)) {
+        const kosmos::GemmClaimOrder co{uint32_t(run), along_n, g};
+        const auto plans = plan(co);
+        CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
+        CK(cudaMemset(bad.p, 0, 8));
+        run_once(*plans[0]);
+        count_mismatch<<<264, 256>>>(static_cast<const uint16_t*>(args[0].c), ref.h(), c_el,
+                                     static_cast<unsigned long long*>(bad.p));
+        unsigned long long mismatches = 0;
+        CK(cudaMemcpy(&mismatches, bad.p, 8, cudaMemcpyDeviceToHost));
+        warm();
+        const std::vector<float> t = time_medians(o.sweep_reps, sets, {[&](int s) { (void)planner[s]->run(); },
+                                                                       [&](int s) { (void)plans[s]->run(); }});
+        all.push_back({co, kosmos::ops::evaluate_order(rp, along_n, uint32_t(run), g), t[1], t[0], mismatches == 0});
+        if (g == runs) break;
+      }
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) { return a.ms / a.planner_ms < b.ms / b.planner_ms; });
+  // Confirmation: the six best of the screening and the planner's, all alternated, 5x the reps.
+  {
+    const size_t top = std::min<size_t>(6, all.size());
+    std::vector<std::vector<std::unique_ptr<kosmos::Gemm>>> best;
+    std::vector<std::function<void(int)>> launch = {[&](int s) { (void)planner[s]->run(); }};
+    for (size_t i = 0; i < top; ++i) best.push_back(plan(all[i].order));
+    for (size_t i = 0; i < top; ++i) launch.push_back([&, i](int s) { (void)best[i][s]->run(); });
+    warm();
+    const std::vector<float> t = time_medians(5 * o.sweep_reps, sets, launch);
+    std::printf("confirmation of %s (%d alternated reps): planner %.1f TF/s", row.name.c_str(), 5 * o.sweep_reps,
+                flops / t[0] * 1e-9);
+    for (size_t i = 0; i < top; ++i) {
+      std::printf("; %s %u g%d %.1f (%.3f)", all[i].order.along_n ? "N" : "M", all[i].order.run, all[i].order.group,
+                  flops / t[i + 1] * 1e-9, t[0] / t[i + 1]);
+      char js[200];
+      std::snprintf(js, sizeof(js), "{\"confirm\": true, \"along\": \"%s\", \"run\": %u, \"group\": %d, \"ms\": %.4f, \"planner_ms\": %.4f}",
+                    all[i].order.along_n ? "N" : "M", all[i].order.run, all[i].order.group, t[i + 1], t[0]);
+      row.sweep.push_back(js);
+    }
+    std::printf("\n");
+  }
+  std::printf("claim orders of %s (planner: %s), fastest first (vs the planner's, alternated):\n", row.name.c_str(),
+              planner[0]->raster().c_str());
+  std::printf("  %-6s %4s %6s %10s %10s %9s %8s %s\n", "along", "run", "group", "est. us", "est. MB", "TF/s", "vs plan", "C==");
+  for (const Entry& e : all) {
+    std::printf("  %-6s %4u %6d %10.1f %10.1f %9.1f %8.3f %s\n", e.est.along_n ? "N" : "M", e.est.run, e.est.group,
+                e.est.est_seconds * 1e6, e.est.est_hbm_bytes / 1e6, flops / e.ms * 1e-9, e.planner_ms / e.ms,
+                e.equal ? "yes" : "NO");
+    char js[256];
+    std::snprintf(js, sizeof(js),
+                  "{\"along\": \"%s\", \"run\": %u, \"group\": %d, \"est_us\": %.2f, \"est_mb\": %.2f, \"ms\": %.4f, "
+                  "\"planner_ms\": %.4f, \"c_equal\": %s}",
+                  e.est.along_n ? "N" : "M", e.est.run, e.est.group, e.est.est_seconds * 1e6, e.est.est_hbm_bytes / 1e6,
+                  e.ms, e.planner_ms, e.equal ? "true" : "false");
+    row.sweep.push_back(js);
+  }
+}
+
+// One problem description per operand set (A [M, K], B [N, K] or [K, N], C [M, N]), for both the
+// standalone engine and kosmos::Gemm.
+std::vector<kosmos::GemmArguments> set_arguments(const std::vector<Buf*>& A, const std::vector<Buf*>& B,
+                                                 const std::vector<Buf*>& C, int64_t M, int64_t N, int64_t K,
+                                                 bool b_transposed) {
+  std::vector<kosmos::GemmArguments> args(A.size());
+  for (size_t s = 0; s < A.size(); ++s) {
+    kosmos::GemmArguments& ga = args[s];
+    ga.a = A[s]->p;
+    ga.lda = K;
+    ga.b = B[s]->p;
+    ga.b_transposed = b_transposed;
+    ga.ldb = b_transposed ? K : N;
+    ga.c = C[s]->p;
+    ga.ldc = N;
+    ga.m = M;
+    ga.n = N;
+    ga.k = K;
+  }
+  return args;
+}
+
 Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_t N, int64_t K) {
   const size_t a_el = M * K, b_el = N * K, c_el = M * N;
   const int sets = num_sets_for((a_el + b_el + c_el) * 2);
@@ -220,19 +367,10 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
     fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, 17 * s + 2);
   }
   Buf Cref(c_el * 2);
+  const std::vector<kosmos::GemmArguments> args = set_arguments(A, B, C, M, N, K, !o.nn);
   std::vector<GemmParams> P(sets);
   for (int s = 0; s < sets; ++s) {
-    GemmDesc d;
-    d.a = A[s]->p;
-    d.lda = K;
-    d.b = B[s]->p;
-    d.b_transposed = !o.nn;
-    d.ldb = o.nn ? N : K;
-    d.c = C[s]->p;
-    d.ldc = N;
-    d.m = M;
-    d.n = N;
-    d.k = K;
+    GemmDesc d = kosmos::ops::to_gemm_desc(args[s]);
     d.num_sms = sms;
     d.tile_shape = parse_shape(o.shape);
     const auto st = make_gemm_params(d, &P[s]);
@@ -272,6 +410,7 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
   char nm[96];
   std::snprintf(nm, sizeof(nm), "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
   r.name = nm;
+  if (o.sweep_reps > 0) sweep_claim_orders(o, sms, sets, args, P[0], c_el, r.flops, r);
   for (int s = 0; s < sets; ++s) delete A[s], delete B[s], delete C[s];
   return r;
 }
@@ -345,20 +484,9 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   Buf dgm(G * 4), dgo(G * 4), Cref(c_el * 2);
   CK(cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dgo.p, goff.data(), G * 4, cudaMemcpyHostToDevice));
-  // One problem description per operand set, for both the standalone engine and kosmos::Gemm.
-  std::vector<kosmos::GemmArguments> args(sets);
+  std::vector<kosmos::GemmArguments> args = set_arguments(A, B, C, total, N, K, true);  // experts' weights [G, N, K]
   for (int s = 0; s < sets; ++s) {
     kosmos::GemmArguments& ga = args[s];
-    ga.a = A[s]->p;
-    ga.lda = K;
-    ga.b = B[s]->p;
-    ga.b_transposed = true;  // experts' weights [G, N, K]
-    ga.ldb = K;
-    ga.c = C[s]->p;
-    ga.ldc = N;
-    ga.m = total;
-    ga.n = N;
-    ga.k = K;
     ga.num_groups = G;
     ga.group_m = static_cast<const int*>(dgm.p);
     ga.group_offset = static_cast<const int*>(dgo.p);
@@ -476,6 +604,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   char nm[128];
   std::snprintf(nm, sizeof(nm), "%s G=%d rows=%d N=%lld K=%lld", name, G, total, (long long)N, (long long)K);
   r.name = nm;
+  if (o.sweep_reps > 0) sweep_claim_orders(o, sms, sets, args, P[0], c_el, r.flops, r);
   for (int s = 0; s < sets; ++s) delete A[s], delete B[s], delete C[s], delete ptrs[s];
   return r;
 }
@@ -501,6 +630,7 @@ int main(int argc, char** argv) {
     else if (a == "--dump-groups") o.dump_groups = next();
     else if (a == "--dump-only") o.dump_only = true;
     else if (a == "--pair-b") o.pair_b = true;
+    else if (a == "--raster-sweep") o.sweep_reps = std::max(1, std::atoi(next().c_str()));
     else if (a == "--shapes") {
       std::string bad;
       if (!kosmos::kernels::gemm::parse_gemm_shapes(next(), &o.shapes, &bad)) {
@@ -604,6 +734,11 @@ int main(int argc, char** argv) {
       if (r.pair_ms > 0)
         std::fprintf(f, ", \"pair_b_tflops\": %.2f, \"pair_b_ms\": %.4f, \"pair_b_bitwise_equal\": %s", r.flops / r.pair_ms * 1e-9,
                      r.pair_ms, r.pair_equal ? "true" : "false");
+      if (!r.sweep.empty()) {
+        std::fprintf(f, ", \"claim_order_sweep\": [");
+        for (size_t j = 0; j < r.sweep.size(); ++j) std::fprintf(f, "%s\n      %s", j ? "," : "", r.sweep[j].c_str());
+        std::fprintf(f, "]");
+      }
       std::fprintf(f, ", \"rel_err_vs_baseline\": %.3e}%s\n", r.err, i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");

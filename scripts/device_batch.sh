@@ -88,7 +88,7 @@ for s in "${steps[@]}"; do
       else
         echo "probe: $bin/gemm_probe not built (cmake --build build --target gemm_probe)"
       fi ;;
-    gemm-tests) $bin/tests/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
+    gemm-tests) $bin/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
     gemm-bench) $bin/gemm_engine_bench --json "$out/gemm-bench.json" 2>&1 | tee "$out/gemm-bench.log" | tail -30 ;;
     *) echo "unknown step $s" ;;
   esac

@@ -46,10 +46,20 @@ struct GemmArguments {
   int64_t ldb_group = 0;
 };
 
+// The order in which CTAs claim the output tiles (docs/design/gemm.md, "Claim order"). The planner
+// chooses it from an estimate of the HBM traffic; set `run` to impose one instead (tuning, and
+// gemm_engine_bench --raster-sweep, which measures the planner's estimate against every order).
+struct GemmClaimOrder {
+  uint32_t run = 0;      // tiles per task, 1..16; 0: the planner's choice (the other fields unused)
+  bool along_n = false;  // a task walks its tiles along N (else down M)
+  int group = 1;         // runs claimed together, other-dimension-major
+};
+
 struct GemmOptions {
   double watchdog_seconds = 10.0;
   bool trace = false;
   bool cpu = false;  // run on the CPU executor (pointers must then be host memory)
+  GemmClaimOrder claim_order;
 };
 
 class Gemm {

@@ -43,10 +43,15 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   const auto& p = impl->shape;
   const int ctas = d.num_sms;  // one op CTA per SM (228 KB of shared memory each)
   impl->num_sms = d.num_sms;
+  const GemmClaimOrder& co = options.claim_order;
+  KOSMOS_CHECK(co.run <= 16, "GemmOptions::claim_order.run = ", co.run, ": expected 0 (the planner's) or 1..16");
+  KOSMOS_CHECK(co.run == 0 || co.group >= 1, "GemmOptions::claim_order.group = ", co.group, ": expected >= 1");
   ops::RasterChoice choice;
-  const std::vector<ops::GemmRun> runs = ops::plan_gemm_runs(ops::raster_problem(p, 0, p.num_m_tiles, ctas), &choice);
+  const ops::RasterProblem rp = ops::raster_problem(p, 0, p.num_m_tiles, ctas);
+  const std::vector<ops::GemmRun> runs = co.run == 0 ? ops::plan_gemm_runs(rp, &choice)
+                                                     : ops::make_gemm_runs(rp, co.along_n, co.run, co.group, &choice);
   impl->run = choice.run;
-  impl->raster = choice.describe();
+  impl->raster = choice.describe() + (co.run == 0 ? "" : " (set)");
 
   plan::PlanBuilder b(1, "gemm");
   const uint64_t a_bytes = 1, b_bytes = 1, c_bytes = 1;  // external: sizes are the caller's

@@ -136,12 +136,34 @@ double expected_hbm_bytes(const std::vector<GemmRun>& order, const RasterProblem
 }
 }  // namespace
 
+RasterChoice evaluate_order(const RasterProblem& p, bool along_n, uint32_t run, int group) {
+  const int share = p.share_ctas > 0 ? p.share_ctas : std::max(1, p.ctas);
+  // The makespan counts the m blocks expected to hold work (all of them when none is marked empty).
+  const int real_end = p.m_real_end > 0 ? std::min(p.m_real_end, p.m_end) : p.m_end;
+  const std::vector<GemmRun> order = make_order(p, along_n, run, group);
+  const auto busy = std::count_if(order.begin(), order.end(), [&](const GemmRun& t) { return int(t.tile_m) < real_end; });
+  // Grouped: the busy task count is a guess good to ~G/2 slots (several waves' worth), so any
+  // fill of the last wave is as likely as another: half a wave on average, not ceil()'s steps.
+  const double waves = p.slots_per_group > 0 ? double(busy) / share + 0.5 : std::ceil(double(busy) / share);
+  const double compute = waves * run * p.tile_seconds;
+  const double hbm = expected_hbm_bytes(order, p);
+  const double seconds = std::max(compute, hbm / kHbmBytesPerSecond) + waves * kRestartSeconds;
+  return RasterChoice{along_n, run, group, seconds, hbm};
+}
+
+std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32_t run, int group, RasterChoice* described) {
+  if (p.m_end - p.m_begin <= 0 || p.n_tiles <= 0) return {};
+  run = std::max<uint32_t>(1, run);
+  group = std::max(1, group);
+  if (described) *described = evaluate_order(p, along_n, run, group);
+  return make_order(p, along_n, run, group);
+}
+
 std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen, std::vector<RasterChoice>* considered) {
   const int m_tiles = p.m_end - p.m_begin;
   if (m_tiles <= 0 || p.n_tiles <= 0) return {};
   const int ctas = std::max(1, p.ctas);
   const int share = p.share_ctas > 0 ? p.share_ctas : ctas;
-  // The makespan counts the m blocks expected to hold work (all of them when none is marked empty).
   const int real_end = p.m_real_end > 0 ? std::min(p.m_real_end, p.m_end) : p.m_end;
   const int real_m_tiles = real_end - p.m_begin;
   std::vector<RasterChoice> all;
@@ -178,18 +200,10 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
     for (const uint32_t run : lengths) {
       const int runs = (dim + int(run) - 1) / int(run);
       for (int g = 1;; g = std::min(2 * g, runs)) {
-        const std::vector<GemmRun> order = make_order(p, along_n, run, g);
-        const auto busy =
-            std::count_if(order.begin(), order.end(), [&](const GemmRun& t) { return int(t.tile_m) < real_end; });
-        // Grouped: the busy task count is a guess good to ~G/2 slots (several waves' worth), so any
-        // fill of the last wave is as likely as another: half a wave on average, not ceil()'s steps.
-        const double waves = p.slots_per_group > 0 ? double(busy) / share + 0.5 : std::ceil(double(busy) / share);
-        const double compute = waves * run * p.tile_seconds;
-        const double hbm = expected_hbm_bytes(order, p);
-        const double seconds = std::max(compute, hbm / kHbmBytesPerSecond) + waves * kRestartSeconds;
+        const RasterChoice c = evaluate_order(p, along_n, run, g);
         const bool shorter = p.slots_per_group == 0 && run != lengths.front();
-        if (!shorter) longest_run_bytes = std::min(longest_run_bytes, hbm);
-        all.push_back(RasterChoice{along_n, run, g, seconds, hbm});
+        if (!shorter) longest_run_bytes = std::min(longest_run_bytes, c.est_hbm_bytes);
+        all.push_back(c);
         shorter_run.push_back(shorter);
         if (g == runs) break;
       }

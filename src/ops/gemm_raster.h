@@ -79,6 +79,14 @@ double estimate_hbm_bytes(const std::vector<GemmRun>& order, int ctas, int64_t a
 std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen = nullptr,
                                     std::vector<RasterChoice>* considered = nullptr);
 
+// The estimate plan_gemm_runs gives one order: runs of `run` tiles along N or down M, claimed in
+// groups of `group` runs.
+RasterChoice evaluate_order(const RasterProblem& p, bool along_n, uint32_t run, int group);
+// That order itself, whether or not the planner would pick it (GemmOptions::claim_order, the
+// benchmark's sweep); `described` gets its estimate.
+std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32_t run, int group,
+                                    RasterChoice* described = nullptr);
+
 // The raster problem of m blocks [m_begin, m_end) of a planned GEMM (block sizes from its tile
 // shape and K; the tile time at the engine's measured ~730 TFLOP/s over 132 SMs). Grouped: slots
 // per group and real slots from a uniform split of the rows (see gemm_raster.cpp); grouped-K: the

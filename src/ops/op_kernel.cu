@@ -42,6 +42,9 @@ struct RuntimeGemmWaiter {
   // After the producer thread (thread 0) issued the task's last load: claim the CTA's next task
   // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next).
   __device__ __forceinline__ void loads_issued() const { ctx->claim_next(); }
+  // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
+  // must have been written, not only read from shared memory, before the runtime's release.
+  __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
 };
 
 struct OpBody {

@@ -14,7 +14,7 @@ namespace kosmos::runtime {
 // variant may also be compiled with a small blob (kSmallBodyParamBytes) and the executor launches
 // that one whenever the op's body data fits (measured on the H200: a single launch with 16 KB of
 // parameters took ~1.8 us longer than with 64 B).
-inline constexpr size_t kBodyParamBytes = 16384;
+inline constexpr size_t kBodyParamBytes = 24576;
 inline constexpr size_t kSmallBodyParamBytes = 2048;
 
 struct KernelParamsHeader {

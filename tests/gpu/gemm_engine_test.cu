@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -199,7 +200,8 @@ void check_output(const Case& cs, const HostData& h, const std::vector<uint16_t>
   EXPECT_TRUE(rel < 1e-2) << cs.name << ": relative error " << rel << " over " << rows.size() << " rows";
 }
 
-void run_gpu_case(const Case& cs, std::mt19937_64& rng) {
+// tma_store: GemmDesc::tma_store (the TMA-store epilogue where it applies); out: the output.
+void run_gpu_case(const Case& cs, std::mt19937_64& rng, bool tma_store = true, std::vector<uint16_t>* out_copy = nullptr) {
   SCOPED_TRACE(cs.name);
   std::fprintf(stderr, "  case %s\n", cs.name.c_str());
   std::fflush(stderr);
@@ -219,14 +221,20 @@ void run_gpu_case(const Case& cs, std::mt19937_64& rng) {
   GemmDesc d = make_desc(cs, h, a.ptr, b.ptr, c.ptr, static_cast<const float*>(s.ptr),
                          static_cast<const int*>(gm.ptr), static_cast<const int*>(go.ptr));
   d.num_sms = sm_count();
+  d.tma_store = tma_store;
   GemmParams p;
   const Status st = make_gemm_params(d, &p);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
+  const char* env = std::getenv("KOSMOS_GEMM_TMA_STORE");
+  const bool env_off = env != nullptr && std::string(env) == "0";
+  EXPECT_EQ((p.epilogue & kGemmEpiTmaStore) != 0,
+            tma_store && !env_off && !(cs.epi & kGemmEpiAccumulate) && h.n_out % 8 == 0);
   ASSERT_EQ(testing::launch_gemm_engine(p, d.num_sms, cs.run), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint16_t> out(h.c0.size());
   ASSERT_EQ(cudaMemcpy(out.data(), c.ptr, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   check_output(cs, h, out, rng);
+  if (out_copy) *out_copy = std::move(out);
 }
 
 Case mk(int64_t m, int64_t n, int64_t k, bool a_col = false, bool b_t = false, uint32_t epi = 0) {
@@ -361,6 +369,46 @@ TEST(GemmEngineGpu, GroupedWithEmptyGroups) {
   }
 }
 
+// The TMA-store epilogue (full warp slices through a C tensor map, the rest with 16-byte stores)
+// writes exactly what the 16-byte stores alone write: same bits, same untouched poison in padding
+// columns and between groups; dense tails, grouped partial blocks, SwiGLU and row scale.
+TEST(GemmEngineGpu, TmaStoreEpilogueEqualsRegisterStores) {
+  KOSMOS_REQUIRE_GPU();
+  std::vector<Case> cases = {mk(1000, 1000, 300), mk(4096, 4096, 512, false, true, kGemmEpiSwiGLU | kGemmEpiRowScale),
+                             mk(127, 520, 1000, true, false, kGemmEpiRowScale), mk(1, 8, 64), mk(1, 7, 64)};
+  cases[0].pad = 8;
+  cases[1].run = 3;
+  cases[2].shape = GemmTileShape::k128x128;
+  Case grouped = mk(0, 520, 256, false, true);
+  int off = 0;
+  for (int mg : {0, 300, 128, 1, 700, 0, 129}) {
+    grouped.group_offset.push_back(off);
+    grouped.group_m.push_back(mg);
+    off += mg + 3;  // 3 rows between groups keep their poison
+  }
+  grouped.m = off;
+  grouped.run = 2;
+  cases.push_back(grouped);
+  Case grouped_swiglu = grouped;
+  grouped_swiglu.n = 512;
+  grouped_swiglu.epi = kGemmEpiSwiGLU;
+  grouped_swiglu.shape = GemmTileShape::k128x64;
+  cases.push_back(grouped_swiglu);
+  for (auto& cs : cases) {
+    cs.name = case_name(cs);
+    // The same inputs for both runs: one generator state each.
+    const uint64_t seed = fresh_seed();
+    std::mt19937_64 r1(seed), r2(seed);
+    std::vector<uint16_t> with_tma, without;
+    run_gpu_case(cs, r1, true, &with_tma);
+    run_gpu_case(cs, r2, false, &without);
+    ASSERT_EQ(with_tma.size(), without.size());
+    size_t diff = 0;
+    for (size_t i = 0; i < with_tma.size(); ++i) diff += with_tma[i] != without[i];
+    EXPECT_EQ(diff, 0u) << cs.name << ": " << diff << " of " << with_tma.size() << " elements differ";
+  }
+}
+
 // ---- CPU-only: input validation and the CPU executor's tile ----
 
 TEST(GemmEngineHost, RejectsBadInputsWithClearMessages) {
@@ -412,6 +460,12 @@ TEST(GemmEngineHost, RejectsBadInputsWithClearMessages) {
   d = ok;
   d.num_groups = 2;
   expect_error(d, "group_m is null");
+  d = ok;
+  d.epilogue = kGemmEpiTmaStore;  // set by make_gemm_params itself, never by a caller
+  expect_error(d, "unknown bits");
+  // Without tensor maps (the CPU executor) there is no TMA-store epilogue.
+  ASSERT_TRUE(make_gemm_params(ok, &p).is_ok());
+  EXPECT_EQ(p.epilogue & kGemmEpiTmaStore, 0u);
 }
 
 TEST(GemmEngineHost, HostTileMatchesFp64) {

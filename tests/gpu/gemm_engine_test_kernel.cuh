@@ -14,9 +14,16 @@ __global__ void __launch_bounds__(384, 1)
 #ifdef KOSMOS_GEMM_PROBE
   if (threadIdx.x == 0) probe::mark_kernel(0);
 #endif
-  const int m_runs = (p.num_m_tiles + run - 1) / run;
-  const int total = m_runs * p.num_n_tiles;
-  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+  // The task index lives in shared memory and everything else is recomputed from the parameters
+  // per task, as in the runtime (persistent_kernel.cuh): loop state kept in registers across the
+  // body took registers from the consumers (ptxas spilled 16 B in the SwiGLU epilogue).
+  __shared__ int s_task;
+  if (threadIdx.x == 0) s_task = int(blockIdx.x);
+  __syncthreads();
+  for (;;) {
+    const int t = s_task;
+    const int m_runs = (p.num_m_tiles + run - 1) / run;
+    if (t >= m_runs * p.num_n_tiles) break;
     const int per_group = group_m_runs * p.num_n_tiles;
     const int group = t / per_group;
     const int within = t % per_group;
@@ -24,7 +31,15 @@ __global__ void __launch_bounds__(384, 1)
     const int m_run = group * group_m_runs + within % rows_in_group;
     const int n_tile = within / rows_in_group;
     const GemmTileArgs args{0, uint32_t(m_run * run), uint32_t(n_tile), uint32_t(run), {}};
-    gemm_tile(p, args, smem, threadIdx.x, no_wait);
+    // Laundered per tile, as the runtime does: otherwise the body's shared memory addresses are
+    // hoisted out of this loop and kept live through it (spilled).
+    char* body_smem = smem;
+    int body_thread = int(threadIdx.x);
+    asm volatile("" : "+l"(body_smem));
+    asm volatile("" : "+r"(body_thread));
+    gemm_tile(p, args, body_smem, body_thread, no_wait);
+    __syncthreads();
+    if (threadIdx.x == 0) s_task = t + int(gridDim.x);
     __syncthreads();
   }
 #ifdef KOSMOS_GEMM_PROBE

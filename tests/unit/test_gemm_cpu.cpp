@@ -188,6 +188,48 @@ TEST(GemmCpu, RunsAlongNMatchTheReference) {
   EXPECT_LT(relative_error(c, g.ldc, ref, g.m, g.n), 1e-2);
 }
 
+// GemmOptions::claim_order imposes an order instead of the planner's: every forced order computes
+// the same C bit for bit (each tile once), the description says it was set, and bad values are named.
+TEST(GemmCpu, ImposedClaimOrdersGiveTheSameResult) {
+  GemmArguments g;
+  g.m = 300;
+  g.n = 600;
+  g.k = 40;
+  g.lda = g.k;
+  g.ldb = g.n;
+  g.ldc = g.n;
+  auto a = random_bf16(size_t(g.m) * g.lda, 7);
+  auto b = random_bf16(size_t(g.k) * g.ldb, 8);
+  g.a = a.data();
+  g.b = b.data();
+  GemmOptions o;
+  o.cpu = true;
+  std::vector<uint16_t> c_plan(size_t(g.m) * g.ldc, 0x7FC1);
+  g.c = c_plan.data();
+  std::unique_ptr<Gemm> plan;
+  ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
+  ASSERT_TRUE(plan->run().is_ok());
+  for (const GemmClaimOrder co : {GemmClaimOrder{1, false, 1}, GemmClaimOrder{2, true, 2}, GemmClaimOrder{3, false, 4},
+                                  GemmClaimOrder{16, true, 1}}) {
+    std::vector<uint16_t> c(c_plan.size(), 0x7FC1);
+    g.c = c.data();
+    o.claim_order = co;
+    ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
+    EXPECT_NE(plan->raster().find("(set)"), std::string::npos) << plan->raster();
+    EXPECT_NE(plan->raster().find(co.along_n ? "along N" : "along M"), std::string::npos) << plan->raster();
+    ASSERT_TRUE(plan->run().is_ok());
+    EXPECT_EQ(c, c_plan) << "run " << co.run << " along_n " << co.along_n << " group " << co.group;
+  }
+  o.claim_order = GemmClaimOrder{17, false, 1};
+  Status st = Gemm::plan(g, o, &plan);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("claim_order.run"), std::string::npos) << st.message();
+  o.claim_order = GemmClaimOrder{2, false, 0};
+  st = Gemm::plan(g, o, &plan);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("claim_order.group"), std::string::npos) << st.message();
+}
+
 // kGemmEpiSavePreact (the MoE forward keeps GEMM1's pre-activation for the backward): the engine's
 // host tile stores bf16(acc) for all n columns into c_aux, and the SwiGLU output into c is the
 // one computed without the flag, bit for bit; bad descriptors are named.

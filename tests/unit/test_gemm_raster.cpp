@@ -272,3 +272,33 @@ TEST(GemmRaster, GroupedKProblemHasExactGroupsOfItsOwnK) {
 
 }  // namespace
 }  // namespace kosmos::ops
+
+namespace kosmos::ops {
+namespace {
+// make_gemm_runs (an imposed order) covers each tile once for every direction, length and group,
+// dense and grouped, and describes itself with the same estimate evaluate_order gives.
+TEST(GemmRaster, ImposedOrdersCoverEachTileOnce) {
+  for (const bool grouped : {false, true}) {
+    RasterProblem p = problem(3, 3 + 37, 11, 2048);
+    if (grouped) {
+      p.slots_per_group = 5;
+      p.m_real_end = 3 + 30;
+    }
+    for (const bool along_n : {false, true})
+      for (uint32_t run = 1; run <= 16; ++run)
+        for (int group : {1, 2, 3, 8, 100}) {
+          RasterChoice c;
+          const std::vector<GemmRun> order = make_gemm_runs(p, along_n, run, group, &c);
+          expect_each_tile_once(p, order);
+          for (const GemmRun& r : order) EXPECT_EQ(r.along_n, along_n);
+          const RasterChoice e = evaluate_order(p, along_n, run, group);
+          EXPECT_EQ(c.run, run);
+          EXPECT_EQ(c.group, group);
+          EXPECT_DOUBLE_EQ(c.est_seconds, e.est_seconds);
+          EXPECT_DOUBLE_EQ(c.est_hbm_bytes, e.est_hbm_bytes);
+          EXPECT_GT(c.est_seconds, 0);
+        }
+  }
+}
+}  // namespace
+}  // namespace kosmos::ops

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bf16.h"
@@ -58,6 +59,27 @@ Status encode(CUtensorMap* map, const char* what, const void* base, int rank, co
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The TMA-store epilogue (kGemmEpiTmaStore): not with accumulate (read-add-store), and only into
+// this device's own memory -- a peer's buffer (another GPU's, through NVLink) keeps the 16-byte
+// stores, which are known to work there.
+// And only when the output rows are whole 16-byte chunks: the H200 clipped a TMA store at n_out
+// only to the 16-byte chunk (n_out = 7 or 300 wrote the padding columns up to the next multiple of 8).
+bool tma_store_applies(const GemmDesc& d, int64_t n_out) {
+  if (!d.tma_store || (d.epilogue & kGemmEpiAccumulate) || n_out % 8 != 0) return false;
+  static const bool disabled = [] {
+    const char* e = std::getenv("KOSMOS_GEMM_TMA_STORE");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  if (disabled) return false;
+  cudaPointerAttributes attr{};
+  int dev = -1;
+  if (cudaPointerGetAttributes(&attr, d.c) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice && attr.device == dev;
+}
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -196,6 +218,14 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
       const cuuint64_t strides[2] = {cuuint64_t(d.ldb) * 2, cuuint64_t(ldb_group) * 2};
       const cuuint32_t box[3] = {64, d.b_transposed ? cuuint32_t(bn) : 64u, 1};
       if (Status s = encode(&p.tma_b, "B", d.b, 3, dims, strides, box); !s) return s;
+    }
+    if (tma_store_applies(d, n_out)) {  // C, [rows, n_out] in boxes of one consumer warp's 16 x 64 staging slice
+      const int64_t rows = d.grouped_k ? int64_t(d.num_groups) * d.m : d.m;
+      const cuuint64_t dims[2] = {cuuint64_t(n_out), cuuint64_t(rows)};
+      const cuuint64_t strides[1] = {cuuint64_t(d.ldc) * 2};
+      const cuuint32_t box[2] = {64, 16};
+      if (Status s = encode(&p.tma_c, "C", d.c, 2, dims, strides, box); !s) return s;
+      p.epilogue |= kGemmEpiTmaStore;
     }
   }
   *params = p;

@@ -48,6 +48,10 @@ struct GemmDesc {
   GemmTileShape tile_shape = GemmTileShape::kAuto;
   int num_sms = 132;          // for the tile-shape heuristic
   bool encode_tma = true;     // false: CPU executor only, no driver call, tensor maps left zero
+  // With encode_tma: store the staged epilogue through a C tensor map (kGemmEpiTmaStore) when the
+  // epilogue does not accumulate and C is this device's memory (cudaPointerGetAttributes; a peer's
+  // buffer keeps the 16-byte stores). KOSMOS_GEMM_TMA_STORE=0 in the environment turns it off.
+  bool tma_store = true;
 };
 
 // Validates `desc` (every failure names the argument, its value and what was expected) and fills

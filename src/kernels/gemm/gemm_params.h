@@ -56,6 +56,9 @@ enum GemmEpilogueFlags : uint32_t {
   kGemmEpiRowScale = 1u << 1,    // result *= row_scale[row]
   kGemmEpiSwiGLU = 1u << 2,      // result = silu(gate) * up, see the interleave above
   kGemmEpiSavePreact = 1u << 3,  // also store bf16(acc) to c_aux (SwiGLU only), see above
+  // Set by make_gemm_params (not by callers) when it encoded tma_c: the staged epilogue stores
+  // whole 16-row warp slices with TMA (asynchronously; the next tile's MMAs do not wait for them).
+  kGemmEpiTmaStore = 1u << 4,
 };
 
 enum GemmLayoutFlags : uint32_t {
@@ -102,6 +105,7 @@ static_assert(sizeof(GemmTileArgs) <= 40);
 struct GemmParams {
   CUtensorMap tma_a;  // A tile box: [BM rows, 64 k] (row-major A) or [64 k, 64 m] x BM/64 (col-major)
   CUtensorMap tma_b;  // 3-D (.., .., group): [BN n, 64 k] or [64 k, 64 n] x BN/64 boxes
+  CUtensorMap tma_c;  // with kGemmEpiTmaStore: C [rows, n_out], box [16 rows, 64 columns], 128-byte swizzle
   void* c;            // bf16 [rows, ldc]
   const float* row_scale;    // [rows] fp32, kGemmEpiRowScale only
   const int* group_m;        // [G] device, grouped only (grouped-K: K of each group)

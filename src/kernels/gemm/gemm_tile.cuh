@@ -11,7 +11,10 @@
 //                                   BM x BN tile, runs wgmma (SS, fp32 accumulators in registers)
 //                                   and the epilogue. Epilogue without kGemmEpiAccumulate: each warp
 //                                   rounds its 16 rows to bf16, writes 64 columns at a time into a
-//                                   private 2 KB shared staging area (stmatrix, XOR swizzle) and
+//                                   private 2 KB shared staging area (stmatrix, XOR swizzle), then
+//                                   either (kGemmEpiTmaStore, tiles whose rows are all C's) lane 0
+//                                   issues one TMA store of the 16 x 64 slice and the warp goes on
+//                                   while it drains (two staging buffers per warp), or the warp
 //                                   stores whole 128-byte row segments with 16-byte stores (masked);
 //                                   with kGemmEpiAccumulate: masked direct 4-byte read-add-stores.
 // With kSetMaxNReg the producer warpgroup drops to 56 registers and the consumers rise to 224;
@@ -20,18 +23,21 @@
 // waits before it re-grows (setmaxnreg is per warp on a per-CTA pool; re-growing early could
 // starve a consumer warp still waiting in setmaxnreg.inc, a deadlock).
 //
-// Shared memory (1024-byte aligned inside `smem`; gemm_smem_bytes() includes the alignment slack):
+// Shared memory (`smem` must be 1024-byte aligned: the kernel declares it __align__(1024)):
 //   A ring: Stages x BM x 64 bf16 (16 KB/stage) | B ring: Stages x BN x 64 bf16 (32/16/8 KB) |
-//   epilogue staging 8 warps x 16 rows x 128 B = 16 KB | full[Stages], empty[Stages] mbarriers.
-//   128x256: 4 stages x 48 KB -> 214,080 B;  128x128: 6 x 32 KB -> 214,112 B;  128x64: 8 x 24 KB
-//   -> 214,144 B (kGemmSmemBytesMax = 214,144). Nothing in shared memory survives the call.
+//   epilogue staging 2 buffers x 8 warps x 16 rows x 128 B = 32 KB | full[Stages], empty[Stages]
+//   mbarriers. 128x256: 4 stages x 48 KB -> 229,440 B;  128x128: 6 x 32 KB -> 229,472 B;  128x64:
+//   8 x 24 KB -> 229,504 B (kGemmSmemBytesMax); with the op kernel's 2 KB of static shared memory
+//   231,552 of the 232,448 B a CTA may have. Nothing in shared memory survives the call.
 // Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
 // carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. Every TMA load issued in a call is consumed in the
-// same call, so no async copy is in flight when the function returns. Barriers: one __syncthreads
+// same call, and each consumer warp's lane 0 waits for its TMA stores' writes (wait_group 0, then
+// fence.proxy.async.global) before the call returns, so no async copy is in flight when the
+// function returns and the runtime's release of the task's signals covers the stored C. Barriers: one __syncthreads
 // (barrier 0, all 384 threads) right after the mbarrier init of each call; with kSetMaxNReg, named
 // barriers 1 (384 threads: 256 consumer arrivals + 128 producer waits) and 2 (the 256 consumer
 // threads) once each at the end of every call. The staging area is private per warp (__syncwarp).
@@ -77,6 +83,9 @@ namespace kosmos::kernels::gemm {
 // data written by the generic proxy (then the fence follows), false when it did nothing.
 struct NoWait {
   __device__ bool operator()(int /*m_block*/, int /*k_block*/) const { return false; }
+  // No task reads another's output inside the standalone kernels (the launch's end completes the
+  // TMA stores); a hook without this method makes every task wait for its stores' writes.
+  __device__ bool outputs_awaited() const { return false; }
 };
 
 namespace detail {
@@ -97,6 +106,8 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * kEntryRegs, "se
 inline constexpr int kEpiWarpRows = 16;
 inline constexpr int kEpiWarpBytes = kEpiWarpRows * 128;
 inline constexpr int kEpiStageBytes = 8 * kEpiWarpBytes;  // 16 KB
+// Two staging buffers: with kGemmEpiTmaStore a pass writes one while the TMA still reads the other.
+inline constexpr int kEpiBuffers = 2;
 
 template <int BN_, int Stages_>
 struct TileConfig {
@@ -107,7 +118,11 @@ struct TileConfig {
   static constexpr int kStageBytesA = kBM * kBK * 2;
   static constexpr int kStageBytesB = kBN * kBK * 2;
   static constexpr int kRingBytes = kStages * (kStageBytesA + kStageBytesB);
-  static constexpr int kSmemBytes = kRingBytes + kEpiStageBytes + 2 * kStages * 8 + 1024;
+  // No alignment slack: every kernel running the body declares its dynamic shared memory
+  // `extern __shared__ __align__(1024)`, which places it at a 1024-byte boundary (checked at run
+  // time in gemm_tile_impl); with two staging buffers the 1 KB of slack no longer fits beside the
+  // runtime's static shared memory.
+  static constexpr int kSmemBytes = kRingBytes + kEpiBuffers * kEpiStageBytes + 2 * kStages * 8;
 };
 using Config128x256 = TileConfig<256, 4>;
 using Config128x128 = TileConfig<128, 6>;
@@ -301,38 +316,31 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
-// Epilogue through shared memory (every epilogue without kGemmEpiAccumulate). The warp applies
-// SwiGLU / the row scale in fp32, rounds to bf16 and writes its 16 rows x kOutBlocks * 8 output
-// columns 64 columns at a time into its private 2 KB staging area with stmatrix, then stores each
-// row as 16-byte chunks (8 lanes per 128-byte row segment, full sectors). Rows >= t.rows and
-// columns >= n_out are masked; a chunk straddling n_out is stored element by element. Only
-// __syncwarp is needed: the staging area is private to the warp.
-// acc: the warpgroup's 64 x BN accumulator, acc(c + 2 * rr + 4 * j) = row 8 * rr + lane / 4 of the
-// warp's 16, column 8 * j + 2 * (lane % 4) + c.
-// kPreact: the kGemmEpiSavePreact store instead -- bf16(acc), unscaled, all n columns, to c_aux.
-template <int kOutBlocks, bool kSwiGLU, bool kPreact = false, class Frag>
-__device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileCoord& t, const Frag& acc,
-                                                char* warp_stage, int cw, int lane_idx) {
-  constexpr int kNB = kOutBlocks < 8 ? kOutBlocks : 8;  // 8-column blocks per pass (<= 64 columns)
-  static_assert(kOutBlocks % kNB == 0 && kNB % 2 == 0, "output blocks come in pairs");
-  const int row_base = kEpiWarpRows * cw;  // first tile row of this warp
-  static_assert(!(kSwiGLU && kPreact), "the pre-activation store has no SwiGLU");
-  float scale[2] = {1.0f, 1.0f};
-  if (!kPreact && (p.epilogue & kGemmEpiRowScale)) {
+// The row scales of a consumer lane's two rows (8 apart) among its warp's 16 (1 without
+// kGemmEpiRowScale, and for rows past t.rows).
+__device__ __forceinline__ void warp_row_scales(const GemmParams& p, const TileCoord& t, int row_base, int lane_idx,
+                                                float (&scale)[2]) {
+  scale[0] = scale[1] = 1.0f;
+  if (p.epilogue & kGemmEpiRowScale) {
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       const int r = row_base + lane_idx / 4 + 8 * rr;
       if (r < t.rows) scale[rr] = __ldg(p.row_scale + t.c_row0 + r);
     }
   }
-  const uint32_t stage_addr = static_cast<uint32_t>(__cvta_generic_to_shared(warp_stage));
+}
+
+// Pass q of a warp's epilogue into its staging slice at stage_addr: kNB 8-column output blocks of
+// the warp's 16 rows, SwiGLU and the row scale applied in fp32, rounded to bf16, written with
+// stmatrix in the 128-byte swizzle (16-byte chunk jj of row r at jj ^ (r % 8)).
+// acc: the warpgroup's 64 x BN accumulator, acc(c + 2 * rr + 4 * j) = row 8 * rr + lane / 4 of the
+// warp's 16, column 8 * j + 2 * (lane % 4) + c.
+template <int kNB, bool kSwiGLU, class Frag>
+__device__ __forceinline__ void stage_pass(const Frag& acc, const float (&scale)[2], uint32_t stage_addr, int q,
+                                           int lane_idx) {
   // stmatrix row address of this lane: matrix m = lane / 8 (row half m % 2, block pair m / 2), row i.
   const int st_i = lane_idx % 8, st_m = lane_idx / 8;
   const int st_row = 8 * (st_m & 1) + st_i;
-  const int col_base = kSwiGLU ? t.n0 / 2 : t.n0;
-  __nv_bfloat16* c = static_cast<__nv_bfloat16*>(kPreact ? p.c_aux : p.c);
-  const int64_t ldc = kPreact ? p.ldc_aux : p.ldc;
-  const int n_out = kPreact ? p.n : p.n_out;
   auto value = [&](int rr, int jo, int e) -> float {
     if constexpr (kSwiGLU) {
       const int gi = e + 2 * rr + 8 * jo;  // gate block 2 * jo, up block 2 * jo + 1
@@ -342,16 +350,43 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
     }
   };
 #pragma unroll
-  for (int q = 0; q < kOutBlocks / kNB; ++q) {
+  for (int jp = 0; jp < kNB / 2; ++jp) {
+    const int jo = q * kNB + 2 * jp;
+    const int jj = 2 * jp + (st_m >> 1);
+    stmatrix_x4(stage_addr + st_row * 128 + ((jj ^ st_i) << 4),
+                pack_bf16x2(value(0, jo, 0), value(0, jo, 1)), pack_bf16x2(value(1, jo, 0), value(1, jo, 1)),
+                pack_bf16x2(value(0, jo + 1, 0), value(0, jo + 1, 1)),
+                pack_bf16x2(value(1, jo + 1, 0), value(1, jo + 1, 1)));
+  }
+}
+
+// Epilogue through shared memory (every epilogue without kGemmEpiAccumulate). The warp applies
+// SwiGLU / the row scale in fp32, rounds to bf16 and writes its 16 rows x kOutBlocks * 8 output
+// columns 64 columns at a time into its private 2 KB staging area with stmatrix, then stores each
+// row as 16-byte chunks (8 lanes per 128-byte row segment, full sectors). Rows >= t.rows and
+// columns >= n_out are masked; a chunk straddling n_out is stored element by element. Only
+// __syncwarp is needed: the staging area is private to the warp (stage_pass writes it).
+// kPreact: the kGemmEpiSavePreact store instead -- bf16(acc), unscaled, all n columns, to c_aux.
+template <int kOutBlocks, bool kSwiGLU, bool kPreact = false, class Frag>
+__device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileCoord& t, const Frag& acc,
+                                                uint32_t warp_stage0, int cw, int lane_idx) {
+  constexpr int kNB = kOutBlocks < 8 ? kOutBlocks : 8;  // 8-column blocks per pass (<= 64 columns)
+  static_assert(kOutBlocks % kNB == 0 && kNB % 2 == 0, "output blocks come in pairs");
+  const int row_base = kEpiWarpRows * cw;  // first tile row of this warp
+  static_assert(!(kSwiGLU && kPreact), "the pre-activation store has no SwiGLU");
+  float scale[2] = {1.0f, 1.0f};
+  if (!kPreact) warp_row_scales(p, t, row_base, lane_idx, scale);
+  // The staging may still be read by the TMA stores of the warp's previous tile (epilogue_tma).
+  const uint32_t stage_addr = warp_stage0;
+  if (lane_idx == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  __syncwarp();
+  const int col_base = kSwiGLU ? t.n0 / 2 : t.n0;
+  __nv_bfloat16* c = static_cast<__nv_bfloat16*>(kPreact ? p.c_aux : p.c);
+  const int64_t ldc = kPreact ? p.ldc_aux : p.ldc;
+  const int n_out = kPreact ? p.n : p.n_out;
 #pragma unroll
-    for (int jp = 0; jp < kNB / 2; ++jp) {
-      const int jo = q * kNB + 2 * jp;
-      const int jj = 2 * jp + (st_m >> 1);
-      stmatrix_x4(stage_addr + st_row * 128 + ((jj ^ st_i) << 4),
-                  pack_bf16x2(value(0, jo, 0), value(0, jo, 1)), pack_bf16x2(value(1, jo, 0), value(1, jo, 1)),
-                  pack_bf16x2(value(0, jo + 1, 0), value(0, jo + 1, 1)),
-                  pack_bf16x2(value(1, jo + 1, 0), value(1, jo + 1, 1)));
-    }
+  for (int q = 0; q < kOutBlocks / kNB; ++q) {
+    stage_pass<kNB, kSwiGLU>(acc, scale, stage_addr, q, lane_idx);
     __syncwarp();
 #pragma unroll
     for (int it = 0; it < kNB / 2; ++it) {
@@ -385,6 +420,50 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
   }
 }
 
+// The TMA-store epilogue (kGemmEpiTmaStore; tiles whose rows are all C's, see the caller): as
+// epilogue_staged, but each 16 x 64 slice leaves through one TMA store issued by lane 0 (the staging
+// is already in the TMA's 128-byte swizzle: chunk jj of row r at jj ^ (r % 8)), asynchronously --
+// the warp goes on to its next pass and its next tile's MMAs. Two staging buffers: pass q writes
+// buffer q % 2 after the TMA has read what pass q - 2 left there (cp.async.bulk.wait_group.read 1:
+// at most the latest group, pass q - 1's, still pending); pass 0 after every earlier slice was read
+// (the previous tile's, issued a mainloop ago). Columns past n_out and rows past the tensor are
+// clipped by the TMA. The caller waits for the writes before the task returns.
+template <int kOutBlocks, bool kSwiGLU, class Frag>
+__device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoord& t, const Frag& acc,
+                                             uint32_t warp_stage0, int cw, int lane_idx) {
+  // Passes of 64 columns, the TMA box's width (the staging rows are 128 B): a narrower pass (the
+  // SwiGLU output of a 64-wide tile, 32 columns) would store the neighbour tile's columns too.
+  constexpr int kNB = 8;
+  static_assert(kOutBlocks % kNB == 0, "the TMA-store epilogue writes 64-column passes");
+  const int row_base = kEpiWarpRows * cw;
+  float scale[2];
+  warp_row_scales(p, t, row_base, lane_idx, scale);
+  const int col_base = kSwiGLU ? t.n0 / 2 : t.n0;
+#pragma unroll
+  for (int q = 0; q < kOutBlocks / kNB; ++q) {
+    const uint32_t stage_addr = warp_stage0 + (q & 1) * kEpiStageBytes;
+    if (q != 1) {
+      if (lane_idx == 0) {
+        if (q == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        else asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      }
+      __syncwarp();
+    }
+    stage_pass<kNB, kSwiGLU>(acc, scale, stage_addr, q, lane_idx);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // stmatrix writes -> async proxy
+    __syncwarp();
+    if (lane_idx == 0) {
+      // Formed here, not hoisted out of the tile loop (a 64-bit value live through the mainloop).
+      uint64_t map = reinterpret_cast<uint64_t>(&p.tma_c);
+      asm volatile("" : "+l"(map));
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                   ::"l"(map), "r"(stage_addr), "r"(col_base + 8 * q * kNB), "r"(t.c_row0 + row_base)
+                   : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+}
+
 // kPairB (experiment, standalone engine only; docs/design/gemm.md, "Where the remaining gap is"):
 // the CTA runs in a 2-CTA cluster whose partner computes the tiles below or above it with the same
 // B tiles (same n, same K). The pair shares B: k-block kb's B tile is loaded once, by the CTA of
@@ -400,11 +479,11 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kStages = Cfg::kStages;
   constexpr uint32_t kStageBytes = Cfg::kStageBytesA + Cfg::kStageBytesB;
 
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  char* smem = smem_raw;  // 1024-byte aligned (the 128-byte swizzle atoms of the ring need it): checked below
   T* smem_a = reinterpret_cast<T*>(smem);
   T* smem_b = reinterpret_cast<T*>(smem + kStages * Cfg::kStageBytesA);
-  char* epi_stage = smem + Cfg::kRingBytes;  // kEpiStageBytes, 2 KB per consumer warp
-  uint64_t* full = reinterpret_cast<uint64_t*>(epi_stage + kEpiStageBytes);
+  char* epi_stage = smem + Cfg::kRingBytes;  // kEpiBuffers x kEpiStageBytes, 2 x 2 KB per consumer warp
+  uint64_t* full = reinterpret_cast<uint64_t*>(epi_stage + kEpiBuffers * kEpiStageBytes);
   uint64_t* empty = full + kStages;
 
   const int warp_idx = thread_idx / 32;
@@ -413,6 +492,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   const int count = static_cast<int>(a.count);
 
   if (thread_idx == 0) {
+    if (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) & 1023u) __trap();  // see TileConfig::kSmemBytes
     // The producer thread's first TMA needs both descriptors: start fetching them now, under the
     // barrier init and __syncthreads (a one-wave GEMM pays the fetch once per CTA on its critical path).
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_a));
@@ -560,12 +640,21 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
 
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
-        char* warp_stage = epi_stage + cw * kEpiWarpBytes;
+        const uint32_t warp_stage = static_cast<uint32_t>(__cvta_generic_to_shared(epi_stage)) + cw * kEpiWarpBytes;
+        // TMA stores for tiles whose 128 rows are all C's: a dense tile (the TMA clips rows past m),
+        // or a grouped one with every row in its group (past them are the next group's rows).
+        const bool tma = (p.epilogue & kGemmEpiTmaStore) && (t.rows == kBM || (p.num_groups == 0 && !(p.layout & kGemmGroupedK)));
         if (p.epilogue & kGemmEpiSwiGLU) {
           if (p.epilogue & kGemmEpiSavePreact) epilogue_staged<kBN / 8, false, true>(p, t, acc, warp_stage, cw, lane);
-          epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
+          if constexpr (kBN / 16 >= 8) {  // 64 output columns or more (not the 128x64 tile)
+            if (tma) epilogue_tma<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
+            else epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
+          } else {
+            epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
+          }
         } else {
-          epilogue_staged<kBN / 8, false>(p, t, acc, warp_stage, cw, lane);
+          if (tma) epilogue_tma<kBN / 8, false>(p, t, acc, warp_stage, cw, lane);
+          else epilogue_staged<kBN / 8, false>(p, t, acc, warp_stage, cw, lane);
         }
         if (ct == 0) {
           KOSMOS_GEMM_MARK(0, 3);
@@ -603,6 +692,21 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
             }
           }
         }
+      }
+    }
+    // Before the task returns its staging must be read (the next task reuses the shared memory),
+    // and, when the runtime will signal the task's outputs to other tasks, written: the bulk
+    // stores' writes done and ordered before the generic-proxy release that follows
+    // (docs/design/gemm.md, "TMA-store epilogue"). A task nobody waits for leaves its last
+    // slices draining (the launch's end completes them).
+    if (lane == 0 && (p.epilogue & kGemmEpiTmaStore)) {
+      bool visible = true;
+      if constexpr (requires { wait.outputs_awaited(); }) visible = wait.outputs_awaited();
+      if (visible) {
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+      } else {
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
       }
     }
     if constexpr (kSetMaxNReg) {
