@@ -13,7 +13,8 @@ namespace kosmos::runtime {
 // up to 32 KB on sm_90 with CUDA 12.1+. Every launch copies the whole parameter block, so a
 // variant may also be compiled with a small blob (kSmallBodyParamBytes) and the executor launches
 // that one whenever the op's body data fits (measured on the H200: a single launch with 16 KB of
-// parameters took ~1.8 us longer than with 64 B).
+// parameters took ~1.8 us longer than with 64 B). 24 KB since the GEMM problems carry a C tensor
+// map (40 x 512 B, ops::kMaxGemmProblems).
 inline constexpr size_t kBodyParamBytes = 24576;
 inline constexpr size_t kSmallBodyParamBytes = 2048;
 
