@@ -2,7 +2,7 @@
 # One device call: runs the GPU tests and benchmarks from an already built tree (carry build/),
 # writing logs and JSON under $OUT. Usage on the GPU machine: scripts/device_batch.sh [steps...]
 # Steps: info gpu-tests nccl-tests demo bench-gemm bench-gemm-nt bench-tp runtime-bench trace bench-moe
-#        baselines gemm-tests gemm-bench ncu-gemm probe (default: info gpu-tests runtime-bench trace demo)
+#        baselines gemm-tests gemm-bench raster-sweep ncu-gemm probe (default: info gpu-tests runtime-bench trace demo)
 set -uo pipefail
 # Everything is written to a work folder and packed into $OUT/results.tgz at the end (the device
 # tool returns at most 8 files).
@@ -90,6 +90,12 @@ for s in "${steps[@]}"; do
       fi ;;
     gemm-tests) $bin/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
     gemm-bench) $bin/gemm_engine_bench --json "$out/gemm-bench.json" 2>&1 | tee "$out/gemm-bench.log" | tail -30 ;;
+    raster-sweep)
+      # Every claim order of kosmos::Gemm against the planner's (grouped cases, then the eight dense
+      # shapes in NT); ~3 minutes on the H200.
+      $bin/gemm_engine_bench --grouped-only --raster-sweep 10 --json "$out/sweep-grouped.json" > "$out/sweep-grouped.log" 2>&1
+      $bin/gemm_engine_bench --dense-only --layout nt --raster-sweep 10 --json "$out/sweep-dense-nt.json" > "$out/sweep-dense-nt.log" 2>&1
+      grep -h "confirmation" "$out"/sweep-*.log ;;
     *) echo "unknown step $s" ;;
   esac
   tar czf "$final/results.tgz" -C "$out" .  # after every step: a call cut short keeps what finished
