@@ -273,8 +273,8 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
   std::vector<Entry> all;
   for (bool along_n : {false, true}) {
     const int dim = along_n ? rp.n_tiles : rp.m_end - rp.m_begin;
-    for (int run = 1; run <= std::min(dim, 16); ++run) {
-      if (run > 1 && (dim + run - 1) / run == (dim + run - 2) / (run - 1)) continue;  // same runs as run - 1
+    for (const uint32_t length : kosmos::ops::distinct_run_lengths(dim)) {
+      const int run = int(length);
       const int runs = (dim + run - 1) / run;
       for (int g = 1;; g = std::min(2 * g, runs)) {
         const kosmos::GemmClaimOrder co{uint32_t(run), along_n, g};

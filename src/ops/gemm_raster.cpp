@@ -136,6 +136,13 @@ double expected_hbm_bytes(const std::vector<GemmRun>& order, const RasterProblem
 }
 }  // namespace
 
+std::vector<uint32_t> distinct_run_lengths(int dim) {
+  std::vector<uint32_t> lengths;
+  for (int run = 1; run <= std::min(dim, 16); ++run)
+    if (run == 1 || (dim + run - 1) / run < (dim + run - 2) / (run - 1)) lengths.push_back(uint32_t(run));
+  return lengths;
+}
+
 RasterChoice evaluate_order(const RasterProblem& p, bool along_n, uint32_t run, int group) {
   const int share = p.share_ctas > 0 ? p.share_ctas : std::max(1, p.ctas);
   // The makespan counts the m blocks expected to hold work (all of them when none is marked empty).
@@ -179,8 +186,7 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
     // restarts, which the makespan alone does not see.
     std::vector<uint32_t> lengths;
     if (p.slots_per_group > 0) {
-      for (int run = 1; run <= std::min(dim, 16); ++run)
-        if (run == 1 || (dim + run - 1) / run < (dim + run - 2) / (run - 1)) lengths.push_back(uint32_t(run));
+      lengths = distinct_run_lengths(dim);
     } else {
       // Dense: the makespan-optimal length and every shorter one with the same makespan, longest
       // first (on equal estimates the longer run wins). One wave of long runs puts few tiles of

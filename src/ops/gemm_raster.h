@@ -79,6 +79,10 @@ double estimate_hbm_bytes(const std::vector<GemmRun>& order, int ctas, int64_t a
 std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen = nullptr,
                                     std::vector<RasterChoice>* considered = nullptr);
 
+// Run lengths up to 16 over `dim` tiles, each the shortest for its number of runs (a longer one
+// with as many runs only unbalances them): what grouped problems try, and the benchmark's sweep.
+std::vector<uint32_t> distinct_run_lengths(int dim);
+
 // The estimate plan_gemm_runs gives one order: runs of `run` tiles along N or down M, claimed in
 // groups of `group` runs.
 RasterChoice evaluate_order(const RasterProblem& p, bool along_n, uint32_t run, int group);

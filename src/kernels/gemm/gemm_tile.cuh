@@ -35,9 +35,10 @@
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. Every TMA load issued in a call is consumed in the
-// same call, and each consumer warp's lane 0 waits for its TMA stores' writes (wait_group 0, then
-// fence.proxy.async.global) before the call returns, so no async copy is in flight when the
-// function returns and the runtime's release of the task's signals covers the stored C. Barriers: one __syncthreads
+// same call. Each consumer warp's lane 0 waits before the call returns until its TMA stores have
+// read the staging and, when the hook's outputs_awaited() says another task waits for this one's
+// outputs, until they are written (wait_group 0, then fence.proxy.async.global), so the runtime's
+// release of the task's signals covers the stored C. Barriers: one __syncthreads
 // (barrier 0, all 384 threads) right after the mbarrier init of each call; with kSetMaxNReg, named
 // barriers 1 (384 threads: 256 consumer arrivals + 128 producer waits) and 2 (the 256 consumer
 // threads) once each at the end of every call. The staging area is private per warp (__syncwarp).
@@ -316,6 +317,14 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
+// Lane 0 waits until the TMA has read the staging of all but the kPending most recent bulk groups
+// it issued (epilogue_tma), then the warp may write that staging again.
+template <int kPending>
+__device__ __forceinline__ void wait_staging_read(int lane_idx) {
+  if (lane_idx == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+  __syncwarp();
+}
+
 // The row scales of a consumer lane's two rows (8 apart) among its warp's 16 (1 without
 // kGemmEpiRowScale, and for rows past t.rows).
 __device__ __forceinline__ void warp_row_scales(const GemmParams& p, const TileCoord& t, int row_base, int lane_idx,
@@ -369,17 +378,14 @@ __device__ __forceinline__ void stage_pass(const Frag& acc, const float (&scale)
 // kPreact: the kGemmEpiSavePreact store instead -- bf16(acc), unscaled, all n columns, to c_aux.
 template <int kOutBlocks, bool kSwiGLU, bool kPreact = false, class Frag>
 __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileCoord& t, const Frag& acc,
-                                                uint32_t warp_stage0, int cw, int lane_idx) {
+                                                uint32_t stage_addr, int cw, int lane_idx) {
   constexpr int kNB = kOutBlocks < 8 ? kOutBlocks : 8;  // 8-column blocks per pass (<= 64 columns)
   static_assert(kOutBlocks % kNB == 0 && kNB % 2 == 0, "output blocks come in pairs");
   const int row_base = kEpiWarpRows * cw;  // first tile row of this warp
   static_assert(!(kSwiGLU && kPreact), "the pre-activation store has no SwiGLU");
   float scale[2] = {1.0f, 1.0f};
   if (!kPreact) warp_row_scales(p, t, row_base, lane_idx, scale);
-  // The staging may still be read by the TMA stores of the warp's previous tile (epilogue_tma).
-  const uint32_t stage_addr = warp_stage0;
-  if (lane_idx == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-  __syncwarp();
+  wait_staging_read<0>(lane_idx);  // the TMA stores of the warp's previous tile may still read it
   const int col_base = kSwiGLU ? t.n0 / 2 : t.n0;
   __nv_bfloat16* c = static_cast<__nv_bfloat16*>(kPreact ? p.c_aux : p.c);
   const int64_t ldc = kPreact ? p.ldc_aux : p.ldc;
@@ -442,13 +448,8 @@ __device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoor
 #pragma unroll
   for (int q = 0; q < kOutBlocks / kNB; ++q) {
     const uint32_t stage_addr = warp_stage0 + (q & 1) * kEpiStageBytes;
-    if (q != 1) {
-      if (lane_idx == 0) {
-        if (q == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        else asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-      }
-      __syncwarp();
-    }
+    if (q == 0) wait_staging_read<0>(lane_idx);
+    else if (q >= 2) wait_staging_read<1>(lane_idx);
     stage_pass<kNB, kSwiGLU>(acc, scale, stage_addr, q, lane_idx);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // stmatrix writes -> async proxy
     __syncwarp();
@@ -472,14 +473,14 @@ __device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoor
 // reads. Both CTAs must run the same tiles' k loops in step; cluster barriers at the start (both
 // rings initialised) and the end (no remote arrival or multicast write left in flight).
 template <class Cfg, bool kAMn, bool kBMn, bool kSetMaxNReg, bool kPairB = false, class Waiter>
-__device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTileArgs& a, char* smem_raw,
+__device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTileArgs& a, char* smem,
                                                int thread_idx, Waiter& wait) {
   using Tr = TileTraits<Cfg, kAMn, kBMn>;
   using T = typename Tr::T;
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kStages = Cfg::kStages;
   constexpr uint32_t kStageBytes = Cfg::kStageBytesA + Cfg::kStageBytesB;
 
-  char* smem = smem_raw;  // 1024-byte aligned (the 128-byte swizzle atoms of the ring need it): checked below
+  // smem: 1024-byte aligned (the 128-byte swizzle atoms of the ring need it), checked below.
   T* smem_a = reinterpret_cast<T*>(smem);
   T* smem_b = reinterpret_cast<T*>(smem + kStages * Cfg::kStageBytesA);
   char* epi_stage = smem + Cfg::kRingBytes;  // kEpiBuffers x kEpiStageBytes, 2 x 2 KB per consumer warp
