@@ -519,7 +519,7 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing;
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, gemm2_n_run = 0, bwd_run = 0, dx_lag = 0;
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, gemm1_run = 0, gemm2_run = 0, gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
   };
@@ -553,6 +553,9 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--dx-lag", o->dx_lag,
                   "Backward claim order: queue a step's dX tiles this many steps after its swiglu_backward (0: chosen)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dw-tile", o->dw_tile,
+                  "Backward: output tile width of the weight-gradient GEMMs (256, 128 or 64; 0: chosen)")
+      ->check(CLI::IsMember({0, 64, 128, 256}));
   cmd->add_flag("--phase-times", o->phase_times,
                 "Also time each launch of the unfused composition alone (median of --reps), to see which phase the "
                 "fused launch gains or loses");
@@ -579,6 +582,7 @@ void add_bench_moe(CLI::App& bench) {
     cfg.gemm2_n_run = o->gemm2_n_run;
     cfg.backward_run = o->bwd_run;
     cfg.backward_dx_lag = o->dx_lag;
+    cfg.backward_dw_tile_n = o->dw_tile;
     const int W = cfg.world, E = cfg.num_experts, k = cfg.top_k;
     const int64_t T = cfg.tokens, H = cfg.hidden, I = cfg.intermediate;
     if (E < 1 || E % W != 0)

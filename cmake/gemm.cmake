@@ -47,18 +47,24 @@ target_compile_definitions(kosmos_op_kernel_probe PRIVATE KOSMOS_GEMM_PROBE=1)
 target_include_directories(kosmos_op_kernel_probe PRIVATE $<TARGET_PROPERTY:kosmos,INCLUDE_DIRECTORIES>)
 target_compile_options(kosmos_op_kernel_probe PRIVATE $<TARGET_PROPERTY:kosmos,COMPILE_OPTIONS>)
 set_target_properties(kosmos_op_kernel_probe PROPERTIES CUDA_ARCHITECTURES 90a)
-add_executable(gemm_probe benchmarks/gemm_probe.cu $<TARGET_OBJECTS:kosmos_op_kernel_probe>)
-target_include_directories(gemm_probe PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
-target_compile_options(gemm_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
-target_link_libraries(gemm_probe PRIVATE kosmos kosmos_gemm CUDA::cublas)
-set_target_properties(gemm_probe PROPERTIES CUDA_ARCHITECTURES 90a)
-# The same probe with the standalone engine's epilogue global stores left out
-# (KOSMOS_GEMM_PROBE_NO_STORE): how much of the epilogue the stores themselves take.
-add_executable(gemm_probe_nostore benchmarks/gemm_probe.cu $<TARGET_OBJECTS:kosmos_op_kernel_probe>)
-target_compile_definitions(gemm_probe_nostore PRIVATE KOSMOS_GEMM_PROBE_NO_STORE=1)
-target_include_directories(gemm_probe_nostore PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
-target_compile_options(gemm_probe_nostore PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
-target_link_libraries(gemm_probe_nostore PRIVATE kosmos kosmos_gemm CUDA::cublas)
-set_target_properties(gemm_probe_nostore PROPERTIES CUDA_ARCHITECTURES 90a)
+# One probe binary: benchmarks/gemm_probe.cu against the probe build of the op kernel, with an
+# optional diagnostic define for its standalone engine.
+function(kosmos_gemm_probe name)
+  add_executable(${name} benchmarks/gemm_probe.cu $<TARGET_OBJECTS:kosmos_op_kernel_probe>)
+  if(ARGC GREATER 1)
+    target_compile_definitions(${name} PRIVATE ${ARGV1}=1)
+  endif()
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/gpu)
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
+  target_link_libraries(${name} PRIVATE kosmos kosmos_gemm CUDA::cublas)
+  set_target_properties(${name} PROPERTIES CUDA_ARCHITECTURES 90a EXCLUDE_FROM_ALL ON)
+endfunction()
+kosmos_gemm_probe(gemm_probe)
+# The standalone engine's 16-byte epilogue without its global stores (KOSMOS_GEMM_PROBE_NO_STORE;
+# run with KOSMOS_GEMM_TMA_STORE=0): how much of the epilogue the stores themselves take.
+kosmos_gemm_probe(gemm_probe_nostore KOSMOS_GEMM_PROBE_NO_STORE)
+# The TMA-store epilogue without its staging waits (KOSMOS_GEMM_PROBE_NO_EPI_WAIT; C is wrong): how
+# much of the epilogue is waiting for the TMA to read the staging.
+kosmos_gemm_probe(gemm_probe_nowait KOSMOS_GEMM_PROBE_NO_EPI_WAIT)
 # Built on request only (`cmake --build build --target gemm_probe`): diagnostics, not deliverables.
-set_target_properties(kosmos_op_kernel_probe gemm_probe gemm_probe_nostore PROPERTIES EXCLUDE_FROM_ALL ON)
+set_target_properties(kosmos_op_kernel_probe PROPERTIES EXCLUDE_FROM_ALL ON)

@@ -90,6 +90,9 @@ struct MoeConfig {
   // Backward claim order: dX tiles of a step are queued this many steps after its
   // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).
   int backward_dx_lag = 0;
+  // Backward: output tile width of the weight-gradient GEMMs dDown / dGateUp (256, 128 or 64; 0:
+  // chosen by the engine's tile-shape heuristic).
+  int backward_dw_tile_n = 0;
   bool backward = false;  // also plan the backward pass (its buffers, W <= 8: five GEMMs per rank)
   // Training (needs backward): the forward keeps what the backward needs -- received x rows and
   // weights, the layout, and GEMM1's pre-activation h1 (its epilogue stores it beside the SwiGLU

@@ -155,6 +155,9 @@ Status validate(const MoeConfig& c) {
                ", expected 0 (chosen) or 1..16");
   KOSMOS_CHECK(c.backward_dx_lag >= 0, "MoE backward_dx_lag = ", c.backward_dx_lag,
                ", expected 0 (chosen) or a positive run count");
+  KOSMOS_CHECK(c.backward_dw_tile_n == 0 || c.backward_dw_tile_n == 256 || c.backward_dw_tile_n == 128 ||
+                   c.backward_dw_tile_n == 64,
+               "MoE backward_dw_tile_n = ", c.backward_dw_tile_n, ", expected 0 (chosen), 256, 128 or 64");
   KOSMOS_CHECK(c.gemm2_lag >= 0, "MoE gemm2_lag = ", c.gemm2_lag, ", expected 0 (chosen) or a positive run count");
   KOSMOS_CHECK(int64_t(c.world) * c.tokens * c.top_k < (int64_t(1) << 31), "MoE receive rows W*T*k = ",
                int64_t(c.world) * c.tokens * c.top_k, " exceed 2^31");

@@ -64,6 +64,7 @@ struct Case {
   int64_t pad = 0;  // extra elements on every leading dimension (multiple of 8)
   GemmTileShape shape = GemmTileShape::kAuto;
   int run = 1;
+  bool along_n = false;      // runs of `run` tiles along N (kGemmRunAlongN)
   std::vector<int> group_m;  // empty = dense
   std::vector<int> group_offset;
 };
@@ -200,8 +201,15 @@ void check_output(const Case& cs, const HostData& h, const std::vector<uint16_t>
   EXPECT_TRUE(rel < 1e-2) << cs.name << ": relative error " << rel << " over " << rows.size() << " rows";
 }
 
-// tma_store: GemmDesc::tma_store (the TMA-store epilogue where it applies); out: the output.
-void run_gpu_case(const Case& cs, std::mt19937_64& rng, bool tma_store = true, std::vector<uint16_t>* out_copy = nullptr) {
+// The GemmDesc options a case runs with (each on where it applies, as by default).
+struct EngineOptions {
+  bool tma_store = true;
+  bool keep_operands = true;
+};
+
+// out_copy: the output, when given.
+void run_gpu_case(const Case& cs, std::mt19937_64& rng, EngineOptions opt = {}, std::vector<uint16_t>* out_copy = nullptr) {
+  const bool tma_store = opt.tma_store;
   SCOPED_TRACE(cs.name);
   std::fprintf(stderr, "  case %s\n", cs.name.c_str());
   std::fflush(stderr);
@@ -222,6 +230,7 @@ void run_gpu_case(const Case& cs, std::mt19937_64& rng, bool tma_store = true, s
                          static_cast<const int*>(gm.ptr), static_cast<const int*>(go.ptr));
   d.num_sms = sm_count();
   d.tma_store = tma_store;
+  d.keep_operands = opt.keep_operands;
   GemmParams p;
   const Status st = make_gemm_params(d, &p);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -229,12 +238,26 @@ void run_gpu_case(const Case& cs, std::mt19937_64& rng, bool tma_store = true, s
   const bool env_off = env != nullptr && std::string(env) == "0";
   EXPECT_EQ((p.epilogue & kGemmEpiTmaStore) != 0,
             tma_store && !env_off && !(cs.epi & kGemmEpiAccumulate) && h.n_out % 8 == 0);
-  ASSERT_EQ(testing::launch_gemm_engine(p, d.num_sms, cs.run), cudaSuccess);
+  ASSERT_EQ(testing::launch_gemm_engine(p, d.num_sms, cs.run, 16, nullptr, cs.along_n), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint16_t> out(h.c0.size());
   ASSERT_EQ(cudaMemcpy(out.data(), c.ptr, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   check_output(cs, h, out, rng);
   if (out_copy) *out_copy = std::move(out);
+}
+
+// Runs the case twice on the same inputs (one generator state each), with options x and y, and
+// expects the same bits everywhere in C (padding and untouched rows included).
+void expect_same_output(const Case& cs, EngineOptions x, EngineOptions y) {
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 r1(seed), r2(seed);
+  std::vector<uint16_t> out_x, out_y;
+  run_gpu_case(cs, r1, x, &out_x);
+  run_gpu_case(cs, r2, y, &out_y);
+  ASSERT_EQ(out_x.size(), out_y.size());
+  size_t diff = 0;
+  for (size_t i = 0; i < out_x.size(); ++i) diff += out_x[i] != out_y[i];
+  EXPECT_EQ(diff, 0u) << cs.name << ": " << diff << " of " << out_x.size() << " elements differ";
 }
 
 Case mk(int64_t m, int64_t n, int64_t k, bool a_col = false, bool b_t = false, uint32_t epi = 0) {
@@ -255,9 +278,9 @@ const char* layout_name(bool a_col, bool b_t) {
 
 std::string case_name(const Case& cs) {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "%s m=%lld n=%lld k=%lld epi=%u pad=%lld shape=%d run=%d groups=%zu",
+  std::snprintf(buf, sizeof(buf), "%s m=%lld n=%lld k=%lld epi=%u pad=%lld shape=%d run=%d%s groups=%zu",
                 layout_name(cs.a_col, cs.b_t), (long long)cs.m, (long long)cs.n, (long long)cs.k, cs.epi,
-                (long long)cs.pad, int(cs.shape), cs.run, cs.group_m.size());
+                (long long)cs.pad, int(cs.shape), cs.run, cs.along_n ? " along N" : "", cs.group_m.size());
   return buf;
 }
 
@@ -396,16 +419,44 @@ TEST(GemmEngineGpu, TmaStoreEpilogueEqualsRegisterStores) {
   cases.push_back(grouped_swiglu);
   for (auto& cs : cases) {
     cs.name = case_name(cs);
-    // The same inputs for both runs: one generator state each.
-    const uint64_t seed = fresh_seed();
-    std::mt19937_64 r1(seed), r2(seed);
-    std::vector<uint16_t> with_tma, without;
-    run_gpu_case(cs, r1, true, &with_tma);
-    run_gpu_case(cs, r2, false, &without);
-    ASSERT_EQ(with_tma.size(), without.size());
-    size_t diff = 0;
-    for (size_t i = 0; i < with_tma.size(); ++i) diff += with_tma[i] != without[i];
-    EXPECT_EQ(diff, 0u) << cs.name << ": " << diff << " of " << with_tma.size() << " elements differ";
+    expect_same_output(cs, EngineOptions{}, EngineOptions{.tma_store = false});
+  }
+}
+
+// Kept operands (kGemmKeepOperands): runs whose tiles share B (down M) or A (along N) and fit one
+// ring of k blocks load the shared operand once. The result must be exactly that of loading every
+// operand of every tile: dense runs both ways, K below, at and above one ring (4 stages at
+// 128 x 256, 6 at 128 x 128), K tails, all four layouts, grouped runs crossing group boundaries
+// (B changes mid-run) with empty groups, SwiGLU and row scale.
+TEST(GemmEngineGpu, KeptOperandsEqualRingLoads) {
+  KOSMOS_REQUIRE_GPU();
+  std::vector<Case> cases = {mk(1000, 1000, 256), mk(1000, 1000, 200, false, true), mk(700, 2000, 64, true),
+                             mk(1000, 1000, 320, true, true), mk(1000, 1000, 320, false, false),
+                             mk(513, 4096, 130, false, true, kGemmEpiSwiGLU | kGemmEpiRowScale),
+                             mk(300, 520, 1, false, false, kGemmEpiRowScale), mk(1000, 1000, 1000)};
+  const int runs[] = {5, 3, 7, 4, 6, 3, 2, 4};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    cases[i].run = runs[i];
+    cases[i].along_n = (i % 2) == 1;
+  }
+  cases[4].shape = GemmTileShape::k128x128;  // 5 k blocks in a 6-stage ring
+  cases[6].shape = GemmTileShape::k128x64;
+  for (bool along_n : {false, true}) {
+    Case grouped = mk(0, 1000, 192, false, along_n);
+    int off = 0;
+    for (int mg : {0, 300, 128, 1, 700, 0, 129, 250}) {
+      grouped.group_offset.push_back(off);
+      grouped.group_m.push_back(mg);
+      off += mg;
+    }
+    grouped.m = off;
+    grouped.run = 5;
+    grouped.along_n = along_n;
+    cases.push_back(grouped);
+  }
+  for (auto& cs : cases) {
+    cs.name = case_name(cs);
+    expect_same_output(cs, EngineOptions{}, EngineOptions{.keep_operands = false});
   }
 }
 

@@ -1,6 +1,7 @@
 // Standalone persistent kernel around gemm_tile for the engine's own tests and benchmark (until the
 // runtime integrates it): 384 threads, grid <= SM count, static round-robin over runs of tiles.
-// Raster: m runs grouped `group_m_runs` at a time; inside a group, m fastest, then n.
+// Raster: m runs grouped `group_m_runs` at a time; inside a group, m fastest, then n (or, with
+// along_n, runs along N, m-major).
 #pragma once
 
 #include "kernels/gemm/gemm_tile.cuh"
@@ -8,7 +9,7 @@
 namespace kosmos::kernels::gemm::testing {
 
 __global__ void __launch_bounds__(384, 1)
-    gemm_engine_kernel(const __grid_constant__ GemmParams p, int run, int group_m_runs) {
+    gemm_engine_kernel(const __grid_constant__ GemmParams p, int run, int group_m_runs, bool along_n) {
   extern __shared__ __align__(1024) char smem[];
   NoWait no_wait;
 #ifdef KOSMOS_GEMM_PROBE
@@ -22,15 +23,22 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   for (;;) {
     const int t = s_task;
-    const int m_runs = (p.num_m_tiles + run - 1) / run;
-    if (t >= m_runs * p.num_n_tiles) break;
-    const int per_group = group_m_runs * p.num_n_tiles;
-    const int group = t / per_group;
-    const int within = t % per_group;
-    const int rows_in_group = min(group_m_runs, m_runs - group * group_m_runs);
-    const int m_run = group * group_m_runs + within % rows_in_group;
-    const int n_tile = within / rows_in_group;
-    const GemmTileArgs args{0, uint32_t(m_run * run), uint32_t(n_tile), uint32_t(run), {}};
+    GemmTileArgs args{};
+    if (along_n) {  // runs of `run` tiles along N (kGemmRunAlongN), m-major
+      const int n_runs = (p.num_n_tiles + run - 1) / run;
+      if (t >= p.num_m_tiles * n_runs) break;
+      args = GemmTileArgs{0, uint32_t(t / n_runs), uint32_t((t % n_runs) * run), uint32_t(run), kGemmRunAlongN, {}};
+    } else {
+      const int m_runs = (p.num_m_tiles + run - 1) / run;
+      if (t >= m_runs * p.num_n_tiles) break;
+      const int per_group = group_m_runs * p.num_n_tiles;
+      const int group = t / per_group;
+      const int within = t % per_group;
+      const int rows_in_group = min(group_m_runs, m_runs - group * group_m_runs);
+      const int m_run = group * group_m_runs + within % rows_in_group;
+      const int n_tile = within / rows_in_group;
+      args = GemmTileArgs{0, uint32_t(m_run * run), uint32_t(n_tile), uint32_t(run), 0, {}};
+    }
     // Laundered per tile, as the runtime does: otherwise the body's shared memory addresses are
     // hoisted out of this loop and kept live through it (spilled).
     char* body_smem = smem;
@@ -49,7 +57,7 @@ __global__ void __launch_bounds__(384, 1)
 
 // Launches the kernel on every SM (or fewer when there is less work).
 inline cudaError_t launch_gemm_engine(const GemmParams& p, int num_sms, int run = 1, int group_m_runs = 16,
-                                      cudaStream_t stream = nullptr) {
+                                      cudaStream_t stream = nullptr, bool along_n = false) {
   static bool configured = false;
   if (!configured) {
     const cudaError_t e =
@@ -57,10 +65,10 @@ inline cudaError_t launch_gemm_engine(const GemmParams& p, int num_sms, int run 
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  const int m_runs = (p.num_m_tiles + run - 1) / run;
-  const int total = m_runs * p.num_n_tiles;
+  const int total = along_n ? p.num_m_tiles * ((p.num_n_tiles + run - 1) / run)
+                            : ((p.num_m_tiles + run - 1) / run) * p.num_n_tiles;
   const int grid = total < num_sms ? total : num_sms;
-  gemm_engine_kernel<<<grid, 384, gemm_smem_bytes(p.tile_shape), stream>>>(p, run, group_m_runs);
+  gemm_engine_kernel<<<grid, 384, gemm_smem_bytes(p.tile_shape), stream>>>(p, run, group_m_runs, along_n);
   return cudaGetLastError();
 }
 

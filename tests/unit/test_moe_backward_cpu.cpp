@@ -12,11 +12,13 @@ using namespace kosmos::test;
 
 namespace {
 
-void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0) {
+void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0,
+                  int dw_tile_n = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.backward = true;
   c.combine_tokens_per_task = tpt;
   c.backward_dx_lag = dx_lag;
+  c.backward_dw_tile_n = dw_tile_n;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -86,6 +88,21 @@ TEST(MoeBackwardCpuShapes, DxLagOnlyReordersTasks) {
   // dX right after its swiglu_backward, and every dX after every swiglu_backward: same gradients.
   run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1);
   run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1000);
+}
+
+TEST(MoeBackwardCpuShapes, WeightGradientTileWidths) {
+  // backward_dw_tile_n: every width the engine has computes the same gradients (fp64, fused ==
+  // unfused); the plan's dDown / dGateUp n tiles follow it; other values are named errors.
+  for (int n : {256, 128, 64}) run_backward(2, 150, 4, 2, Routing::kSkewed, 512, 256, 0, 0, n);
+  MoeConfig c = moe_config(1, 64, 512, 256, 4, 2, true);
+  c.backward = true;
+  c.backward_dw_tile_n = 64;
+  std::unique_ptr<MoeLayer> L;
+  ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+  EXPECT_NE(L->describe().find("dDown 8x8 tiles"), std::string::npos) << L->describe();  // 4 experts x 2 m tiles, H = 512 in 64-wide tiles
+  c.backward_dw_tile_n = 96;
+  const Status s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("backward_dw_tile_n = 96"), std::string::npos) << s.message();
 }
 
 TEST(MoeBackwardCpuShapes, ForwardStillMatchesWhenPlannedWithBackward) {

@@ -65,12 +65,15 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // stores, which are known to work there.
 // And only when the output rows are whole 16-byte chunks: the H200 clipped a TMA store at n_out
 // only to the 16-byte chunk (n_out = 7 or 300 wrote the padding columns up to the next multiple of 8).
+// An engine feature turned off in the environment (NAME=0), for A/B runs of one binary.
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string(e) == "0";
+}
+
 bool tma_store_applies(const GemmDesc& d, int64_t n_out) {
   if (!d.tma_store || (d.epilogue & kGemmEpiAccumulate) || n_out % 8 != 0) return false;
-  static const bool disabled = [] {
-    const char* e = std::getenv("KOSMOS_GEMM_TMA_STORE");
-    return e != nullptr && std::string(e) == "0";
-  }();
+  static const bool disabled = env_off("KOSMOS_GEMM_TMA_STORE");
   if (disabled) return false;
   cudaPointerAttributes attr{};
   int dev = -1;
@@ -200,6 +203,8 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   p.epilogue = d.epilogue;
   p.layout = (d.a_col_major ? kGemmAColMajor : 0u) | (d.b_transposed ? kGemmBTransposed : 0u) |
              (d.grouped_k ? kGemmGroupedK : 0u);
+  static const bool keep_disabled = env_off("KOSMOS_GEMM_KEEP_OPERANDS");
+  if (d.keep_operands && !keep_disabled) p.layout |= kGemmKeepOperands;
   p.tile_shape = shape;
   p.num_m_tiles = static_cast<int32_t>(d.grouped_k ? d.num_groups * ceil_div(d.m, kGemmBlockM)
                                                    : ceil_div(d.m, kGemmBlockM) + d.num_groups);

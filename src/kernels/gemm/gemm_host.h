@@ -52,6 +52,10 @@ struct GemmDesc {
   // epilogue does not accumulate and C is this device's memory (cudaPointerGetAttributes; a peer's
   // buffer keeps the 16-byte stores). KOSMOS_GEMM_TMA_STORE=0 in the environment turns it off.
   bool tma_store = true;
+  // Tiles of a run that share A (runs along N) or B (runs down M) and have at most one ring of
+  // k blocks (K <= 256 with 128 x 256 tiles) load the shared operand once (kGemmKeepOperands).
+  // KOSMOS_GEMM_KEEP_OPERANDS=0 in the environment turns it off.
+  bool keep_operands = true;
 };
 
 // Validates `desc` (every failure names the argument, its value and what was expected) and fills

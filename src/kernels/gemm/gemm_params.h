@@ -65,6 +65,9 @@ enum GemmLayoutFlags : uint32_t {
   kGemmAColMajor = 1u << 0,    // A stored [K, M]
   kGemmBTransposed = 1u << 1,  // B stored [N, K]
   kGemmGroupedK = 1u << 2,     // grouped problem whose K (not M) varies per group, see above
+  // Set by make_gemm_params: tiles of at most one ring of k blocks keep the operand they share
+  // with the previous tile of their run in shared memory (gemm_tile.cuh, StageWalk).
+  kGemmKeepOperands = 1u << 3,
 };
 
 // Tile shapes the engine is compiled for. BM = 128 and BK = 64 always; two consumer warpgroups

@@ -34,8 +34,10 @@
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
-// thread per warpgroup arrives on empty[s]. Every TMA load issued in a call is consumed in the
-// same call. Each consumer warp's lane 0 waits before the call returns until its TMA stores have
+// thread per warpgroup arrives on empty[s]. With kGemmKeepOperands a tile of at most one ring of
+// k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
+// (StageWalk: the producer loads only the other operand, and drains the ring before the resident
+// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer warp's lane 0 waits before the call returns until its TMA stores have
 // read the staging and, when the hook's outputs_awaited() says another task waits for this one's
 // outputs, until they are written (wait_group 0, then fence.proxy.async.global), so the runtime's
 // release of the task's signals covers the stored C. Barriers: one __syncthreads
@@ -279,6 +281,50 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
   return t;
 }
 
+// Operand residency (kGemmKeepOperands). The k blocks of a call go through the ring in order (stage,
+// phase), as always. A tile of at most kStages k blocks whose run shares one operand -- A along N
+// (one slot: the same rows and K range), B down M (dense, or grouped within one group: the same
+// columns and K range) -- keeps that operand resident: its k block kb lives in the operand's area
+// of stage kb, loaded once by the first such tile, while the other operand streams through the
+// ring with its full prefetch depth (64 of 192 KB per 128 x 256 tile when B stays, 128 KB when A
+// stays). Before a tile starts keeping an operand, stops, or switches to another group's B, the
+// producer drains the ring (waits until the consumers released every stage), since the resident
+// areas may still be read by earlier k blocks or hold what they read. No deadlock: a drain waits
+// only for k blocks of earlier tiles, each released at the latest when its tile's mainloop ends.
+enum : int { kKeepNone = 0, kKeepA = 1, kKeepB = 2 };
+
+template <int kStages>
+struct StageWalk {
+  int stage = 0;        // next ring stage
+  uint32_t phase = 0;   // parity of the ring's current lap
+  int kept = kKeepNone; // what the resident areas hold
+  int kept_group = -1;  // the group of the resident B
+
+  // The mode of tile t (kKeep*), identical for the producer and the consumers. load_kept: the tile
+  // loads the resident operand into the stage areas; drain: it must wait for every stage first.
+  template <bool kKeep>
+  __device__ __forceinline__ int start_tile(const GemmParams& p, const TileCoord& t, const GemmTileArgs& a,
+                                            bool& load_kept, bool& drain) {
+    const bool fits = kKeep && (p.layout & kGemmKeepOperands) && t.num_kb > 0 && t.num_kb <= kStages;
+    const int group = p.num_groups > 0 ? t.wait_m : 0;  // grouped (over M or K): B and K per group
+    const int want = !fits ? kKeepNone : (a.flags & kGemmRunAlongN) ? kKeepA : kKeepB;
+    const bool same = want != kKeepNone && want == kept && (want == kKeepA || group == kept_group);
+    drain = !same && (kept != kKeepNone || want != kKeepNone);
+    load_kept = want != kKeepNone && !same;
+    kept = want;
+    kept_group = group;
+    return want;
+  }
+  // The parity the next use of stage s completes with; its previous use's release has the other.
+  __device__ __forceinline__ uint32_t next_parity(int s) const { return s >= stage ? phase : phase ^ 1u; }
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
 // __fdividef: the IEEE division's slow-path check and call sat in the SwiGLU epilogue; for
 // x << 0 the denominator overflows to inf and the quotient is 0, which is silu's limit.
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
@@ -448,8 +494,10 @@ __device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoor
 #pragma unroll
   for (int q = 0; q < kOutBlocks / kNB; ++q) {
     const uint32_t stage_addr = warp_stage0 + (q & 1) * kEpiStageBytes;
+#ifndef KOSMOS_GEMM_PROBE_NO_EPI_WAIT  // diagnostic (gemm_probe_nowait): no staging waits, wrong C
     if (q == 0) wait_staging_read<0>(lane_idx);
     else if (q >= 2) wait_staging_read<1>(lane_idx);
+#endif
     stage_pass<kNB, kSwiGLU>(acc, scale, stage_addr, q, lane_idx);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // stmatrix writes -> async proxy
     __syncwarp();
@@ -478,7 +526,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   using Tr = TileTraits<Cfg, kAMn, kBMn>;
   using T = typename Tr::T;
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kBK = Cfg::kBK, kStages = Cfg::kStages;
-  constexpr uint32_t kStageBytes = Cfg::kStageBytesA + Cfg::kStageBytesB;
+  // Operands kept resident between the tiles of a run (StageWalk); not with the cluster pair,
+  // whose CTAs must load every k block in step.
+  constexpr bool kKeep = !kPairB;
 
   // smem: 1024-byte aligned (the 128-byte swizzle atoms of the ring need it), checked below.
   T* smem_a = reinterpret_cast<T*>(smem);
@@ -513,14 +563,21 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp_idx == 0) {
       const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
-      int stage = 0;
-      uint32_t phase = 0;
+      StageWalk<kStages> walk;
       for (int i = 0; i < count; ++i) {
         const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
+        bool load_kept, drain;
+        const int kept = walk.template start_tile<kKeep>(p, t, a, load_kept, drain);
+        const bool skip_a = kept == kKeepA && !load_kept, skip_b = kept == kKeepB && !load_kept;
         if (lane_idx == 0) {
+          if (drain) {
+#pragma unroll
+            for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
+          }
           for (int kb = 0; kb < t.num_kb; ++kb) {
-            cutlass::arch::ClusterBarrier::wait(&empty[stage], phase ^ 1);
+            const int stage = walk.stage;
+            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
             if (kb == 0) KOSMOS_GEMM_MARK(1, 4);
             if (kb == t.num_kb - 1) KOSMOS_GEMM_MARK(1, 5);
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
@@ -529,18 +586,23 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
               wait(t.wait_m, kb);
               fence_proxy_async_global();
             }
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], kStageBytes);
-            T* sa = smem_a + stage * (kBM * kBK);
-            T* sb = smem_b + stage * (kBN * kBK);
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(
+                &full[stage], (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) + (skip_b ? 0u : uint32_t(Cfg::kStageBytesB)));
+            T* sa = smem_a + (kept == kKeepA ? kb : stage) * (kBM * kBK);
+            T* sb = smem_b + (kept == kKeepB ? kb : stage) * (kBN * kBK);
             const int k0 = t.k_base + kb * kBK;
-            if constexpr (kAMn) {
+            if (skip_a) {
+              // A of this k block is resident (an earlier tile of the run loaded it).
+            } else if constexpr (kAMn) {
 #pragma unroll
               for (int j = 0; j < kBM / 64; ++j)
                 SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
             } else {
               SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa, k0, t.a_row0);
             }
-            if constexpr (kPairB) {
+            if (skip_b) {
+              // B likewise.
+            } else if constexpr (kPairB) {
               if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
                 SM90_TMA_LOAD_MULTICAST_3D::copy(&p.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
             } else if constexpr (kBMn) {
@@ -550,10 +612,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
             } else {
               SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
             }
-            if (++stage == kStages) {
-              stage = 0;
-              phase ^= 1;
-            }
+            walk.advance();
           }
           KOSMOS_GEMM_NEXT(1);
         }
@@ -595,11 +654,12 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     static_assert(size(acc) == kBN / 2, "expected a 64 x BN accumulator per warpgroup");
     const bool signal_thread = (ct % 128) == 0;
 
-    int stage = 0;
-    uint32_t phase = 0;
+    StageWalk<kStages> walk;
     for (int i = 0; i < count; ++i) {
       const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
+      bool load_kept, drain;  // the producer's business; the consumers only need the mode
+      const int kept = walk.template start_tile<kKeep>(p, t, a, load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
       mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -611,12 +671,14 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         for (int e = 0; e < size(acc); ++e) acc(e) = 0.0f;
       }
       for (int kb = 0; kb < num_kb; ++kb) {
-        cutlass::arch::ClusterBarrier::wait(&full[stage], phase);
+        const int stage = walk.stage;
+        cutlass::arch::ClusterBarrier::wait(&full[stage], walk.phase);
+        const int a_idx = kept == kKeepA ? kb : stage, b_idx = kept == kKeepB ? kb : stage;
         if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
         warpgroup_arrive();
 #pragma unroll
         for (int k = 0; k < size<2>(tCrA); ++k) {
-          cute::gemm(mma, tCrA(_, _, k, stage), tCrB(_, _, k, stage), acc);
+          cute::gemm(mma, tCrA(_, _, k, a_idx), tCrB(_, _, k, b_idx), acc);
           mma.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
@@ -626,10 +688,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
           if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
         }
         prev_stage = stage;
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+        walk.advance();
       }
       warpgroup_wait<0>();
       if (signal_thread && prev_stage >= 0) {
