@@ -2,7 +2,7 @@
 # One device call: runs the GPU tests and benchmarks from an already built tree (carry build/),
 # writing logs and JSON under $OUT. Usage on the GPU machine: scripts/device_batch.sh [steps...]
 # Steps: info gpu-tests nccl-tests demo bench-gemm bench-gemm-nt bench-tp runtime-bench trace bench-moe
-#        baselines gemm-tests gemm-bench raster-sweep ncu-gemm probe (default: info gpu-tests runtime-bench trace demo)
+#        baselines gemm-tests gemm-bench raster-sweep keep-ab ncu-gemm probe (default: info gpu-tests runtime-bench trace demo)
 set -uo pipefail
 # Everything is written to a work folder and packed into $OUT/results.tgz at the end (the device
 # tool returns at most 8 files).
@@ -96,6 +96,17 @@ for s in "${steps[@]}"; do
       $bin/gemm_engine_bench --grouped-only --raster-sweep 10 --json "$out/sweep-grouped.json" > "$out/sweep-grouped.log" 2>&1
       $bin/gemm_engine_bench --dense-only --layout nt --raster-sweep 10 --json "$out/sweep-dense-nt.json" > "$out/sweep-dense-nt.log" 2>&1
       grep -h "confirmation" "$out"/sweep-*.log ;;
+    keep-ab)
+      # Kept operands on / off in one binary (KOSMOS_GEMM_KEEP_OPERANDS=0), processes alternated, two
+      # runs each: short-K dense GEMMs and the Qwen3 saved backward (its weight-gradient tiles).
+      for r in 1 2; do
+        for v in 1 0; do
+          KOSMOS_GEMM_KEEP_OPERANDS=$v $bin/kosmos bench gemm --shapes 16384x4096x128,16384x4096x256,16384x4096x512 --reps 30 \
+            --json "$out/gemm-short-k-keep$v-$r.json" 2>&1 | grep -E "^[0-9]" | sed "s/^/keep=$v run $r: /"
+          KOSMOS_GEMM_KEEP_OPERANDS=$v $bin/kosmos bench moe --model qwen3-235b --tokens 4096 --backward --save-activations --reps 20 \
+            --json "$out/moe-qwen3-bwd-saved-keep$v-$r.json" 2>&1 | grep -E "fused backward" | sed "s/^/keep=$v run $r: /"
+        done
+      done ;;
     *) echo "unknown step $s" ;;
   esac
   tar czf "$final/results.tgz" -C "$out" .  # after every step: a call cut short keeps what finished
