@@ -23,6 +23,7 @@ inline std::string routing_name(Routing r) {
 }
 
 struct MoeHost {
+  explicit MoeHost(const MoeConfig& c) : cfg(c) {}  // the per-rank data is filled by make_* / fill_*
   MoeConfig cfg;
   std::vector<std::vector<uint16_t>> x, y, gate_up_plain, down;  // per rank
   std::vector<std::vector<uint16_t>> dy;                          // per rank, backward only

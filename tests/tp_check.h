@@ -18,6 +18,7 @@
 namespace kosmos::test {
 
 struct TpHost {  // host copies of every rank's buffers
+  explicit TpHost(const TpConfig& c) : cfg(c) {}
   TpConfig cfg;
   std::vector<std::vector<uint16_t>> buf[size_t(TpBuffer::kCount)];
   std::vector<uint16_t>& at(TpBuffer b, int r) { return buf[size_t(b)][r]; }

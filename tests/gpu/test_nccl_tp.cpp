@@ -59,7 +59,9 @@ TEST(NcclMoe, OneRankCommunicatorBackward) {
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     MoeHost h{c};
     fill_moe_backward(*L, h, 98, Routing::kSkewed, 0);
-    if (saved) ASSERT_TRUE(L->run_composition(true).is_ok());
+    if (saved) {
+      ASSERT_TRUE(L->run_composition(true).is_ok());
+    }
     for (int i = 0; i < 2; ++i) ASSERT_TRUE(L->run_backward_composition(true).is_ok());
     s = L->finish();
     ASSERT_TRUE(s.is_ok()) << s.to_string();
