@@ -37,10 +37,11 @@
 // thread per warpgroup arrives on empty[s]. With kGemmKeepOperands a tile of at most one ring of
 // k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
 // (StageWalk: the producer loads only the other operand, and drains the ring before the resident
-// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer warp's lane 0 waits before the call returns until its TMA stores have
-// read the staging and, when the hook's outputs_awaited() says another task waits for this one's
-// outputs, until they are written (wait_group 0, then fence.proxy.async.global), so the runtime's
-// release of the task's signals covers the stored C. Barriers: one __syncthreads
+// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
+// warp's lane 0 waits before the call returns until its TMA stores have read the staging and,
+// when the hook's outputs_awaited() says another task waits for this one's outputs, until they are
+// written (wait_group 0, then fence.proxy.async.global), so the runtime's release of the task's
+// signals covers the stored C. Barriers: one __syncthreads
 // (barrier 0, all 384 threads) right after the mbarrier init of each call; with kSetMaxNReg, named
 // barriers 1 (384 threads: 256 consumer arrivals + 128 producer waits) and 2 (the 256 consumer
 // threads) once each at the end of every call. The staging area is private per warp (__syncwarp).
@@ -586,8 +587,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
               wait(t.wait_m, kb);
               fence_proxy_async_global();
             }
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(
-                &full[stage], (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) + (skip_b ? 0u : uint32_t(Cfg::kStageBytesB)));
+            const uint32_t bytes =
+                (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) + (skip_b ? 0u : uint32_t(Cfg::kStageBytesB));
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
             T* sa = smem_a + (kept == kKeepA ? kb : stage) * (kBM * kBK);
             T* sb = smem_b + (kept == kKeepB ? kb : stage) * (kBN * kBK);
             const int k0 = t.k_base + kb * kBK;
