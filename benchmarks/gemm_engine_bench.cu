@@ -197,12 +197,7 @@ void launch_pair_b(const GemmParams& p, int sms, int run, int group_m_runs) {
   CK(cudaLaunchKernelEx(&cfg, gemm_engine_pair_kernel, p, run, group_m_runs));
 }
 
-GemmTileShape parse_shape(const std::string& s) {
-  if (s == "256") return GemmTileShape::k128x256;
-  if (s == "128") return GemmTileShape::k128x128;
-  if (s == "64") return GemmTileShape::k128x64;
-  return GemmTileShape::kAuto;
-}
+GemmTileShape parse_shape(const std::string& s) { return gemm_tile_shape_of_width(std::atoi(s.c_str())); }
 
 int num_sets_for(size_t bytes_per_set) {
   const size_t target = 256ull << 20;  // > 2 x 60 MB L2, with margin

@@ -150,8 +150,7 @@ int main(int argc, char** argv) {
     else if (a == "--data") random = v == "random";
     else if (a == "--stream") own_stream = v == "nonblocking";
     else if (a == "--sets") sets = std::max(1, std::atoi(v.c_str()));
-    else if (a == "--shape") shape = v == "256" ? GemmTileShape::k128x256 : v == "128" ? GemmTileShape::k128x128
-                                     : v == "64" ? GemmTileShape::k128x64 : GemmTileShape::kAuto;
+    else if (a == "--shape") shape = gemm_tile_shape_of_width(std::atoi(v.c_str()));
   }
   int sms = 0, clock_khz = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));

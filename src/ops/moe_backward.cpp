@@ -110,12 +110,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
     g[kDGateUp].desc.lda = H;
     g[kDGateUp].desc.ldb = 2 * int64_t(I);
     g[kDGateUp].desc.ldc = 2 * int64_t(I);
-    if (cfg.backward_dw_tile_n != 0) {
-      const auto shape = cfg.backward_dw_tile_n == 128 ? kernels::gemm::GemmTileShape::k128x128
-                         : cfg.backward_dw_tile_n == 64 ? kernels::gemm::GemmTileShape::k128x64
-                                                        : kernels::gemm::GemmTileShape::k128x256;
-      g[kDDown].desc.tile_shape = g[kDGateUp].desc.tile_shape = shape;
-    }
+    // 0 (chosen) maps to kAuto, the engine's heuristic; validate() admits only 0, 64, 128, 256.
+    const auto dw_shape = kernels::gemm::gemm_tile_shape_of_width(cfg.backward_dw_tile_n);
+    g[kDDown].desc.tile_shape = g[kDGateUp].desc.tile_shape = dw_shape;
     static const char* kNames[kNumProblems] = {"H1 (recompute)", "dA'", "dX", "dDown", "dGateUp"};
     for (int j = 0; j < kNumProblems; ++j) {  // validate shapes now (no TMA encode)
       kernels::gemm::GemmDesc probe = g[j].desc;

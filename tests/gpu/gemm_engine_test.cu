@@ -209,7 +209,6 @@ struct EngineOptions {
 
 // out_copy: the output, when given.
 void run_gpu_case(const Case& cs, std::mt19937_64& rng, EngineOptions opt = {}, std::vector<uint16_t>* out_copy = nullptr) {
-  const bool tma_store = opt.tma_store;
   SCOPED_TRACE(cs.name);
   std::fprintf(stderr, "  case %s\n", cs.name.c_str());
   std::fflush(stderr);
@@ -229,7 +228,7 @@ void run_gpu_case(const Case& cs, std::mt19937_64& rng, EngineOptions opt = {}, 
   GemmDesc d = make_desc(cs, h, a.ptr, b.ptr, c.ptr, static_cast<const float*>(s.ptr),
                          static_cast<const int*>(gm.ptr), static_cast<const int*>(go.ptr));
   d.num_sms = sm_count();
-  d.tma_store = tma_store;
+  d.tma_store = opt.tma_store;
   d.keep_operands = opt.keep_operands;
   GemmParams p;
   const Status st = make_gemm_params(d, &p);
@@ -237,7 +236,7 @@ void run_gpu_case(const Case& cs, std::mt19937_64& rng, EngineOptions opt = {}, 
   const char* env = std::getenv("KOSMOS_GEMM_TMA_STORE");
   const bool env_off = env != nullptr && std::string(env) == "0";
   EXPECT_EQ((p.epilogue & kGemmEpiTmaStore) != 0,
-            tma_store && !env_off && !(cs.epi & kGemmEpiAccumulate) && h.n_out % 8 == 0);
+            opt.tma_store && !env_off && !(cs.epi & kGemmEpiAccumulate) && h.n_out % 8 == 0);
   ASSERT_EQ(testing::launch_gemm_engine(p, d.num_sms, cs.run, 16, nullptr, cs.along_n), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint16_t> out(h.c0.size());

@@ -8,6 +8,12 @@
 
 namespace kosmos::kernels::gemm::testing {
 
+// Tasks of the raster below: runs of `run` tiles down M (or along N) over every tile.
+__host__ __device__ inline int engine_task_count(const GemmParams& p, int run, bool along_n) {
+  return along_n ? p.num_m_tiles * ((p.num_n_tiles + run - 1) / run)
+                 : ((p.num_m_tiles + run - 1) / run) * p.num_n_tiles;
+}
+
 __global__ void __launch_bounds__(384, 1)
     gemm_engine_kernel(const __grid_constant__ GemmParams p, int run, int group_m_runs, bool along_n) {
   extern __shared__ __align__(1024) char smem[];
@@ -23,14 +29,13 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   for (;;) {
     const int t = s_task;
+    if (t >= engine_task_count(p, run, along_n)) break;
     GemmTileArgs args{};
     if (along_n) {  // runs of `run` tiles along N (kGemmRunAlongN), m-major
       const int n_runs = (p.num_n_tiles + run - 1) / run;
-      if (t >= p.num_m_tiles * n_runs) break;
       args = GemmTileArgs{0, uint32_t(t / n_runs), uint32_t((t % n_runs) * run), uint32_t(run), kGemmRunAlongN, {}};
     } else {
       const int m_runs = (p.num_m_tiles + run - 1) / run;
-      if (t >= m_runs * p.num_n_tiles) break;
       const int per_group = group_m_runs * p.num_n_tiles;
       const int group = t / per_group;
       const int within = t % per_group;
@@ -65,8 +70,7 @@ inline cudaError_t launch_gemm_engine(const GemmParams& p, int num_sms, int run 
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  const int total = along_n ? p.num_m_tiles * ((p.num_n_tiles + run - 1) / run)
-                            : ((p.num_m_tiles + run - 1) / run) * p.num_n_tiles;
+  const int total = engine_task_count(p, run, along_n);
   const int grid = total < num_sms ? total : num_sms;
   gemm_engine_kernel<<<grid, 384, gemm_smem_bytes(p.tile_shape), stream>>>(p, run, group_m_runs, along_n);
   return cudaGetLastError();

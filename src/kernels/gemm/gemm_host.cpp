@@ -60,17 +60,17 @@ Status encode(CUtensorMap* map, const char* what, const void* base, int rank, co
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The TMA-store epilogue (kGemmEpiTmaStore): not with accumulate (read-add-store), and only into
-// this device's own memory -- a peer's buffer (another GPU's, through NVLink) keeps the 16-byte
-// stores, which are known to work there.
-// And only when the output rows are whole 16-byte chunks: the H200 clipped a TMA store at n_out
-// only to the 16-byte chunk (n_out = 7 or 300 wrote the padding columns up to the next multiple of 8).
 // An engine feature turned off in the environment (NAME=0), for A/B runs of one binary.
 bool env_off(const char* name) {
   const char* e = std::getenv(name);
   return e != nullptr && std::string(e) == "0";
 }
 
+// The TMA-store epilogue (kGemmEpiTmaStore): not with accumulate (read-add-store), and only into
+// this device's own memory -- a peer's buffer (another GPU's, through NVLink) keeps the 16-byte
+// stores, which are known to work there.
+// And only when the output rows are whole 16-byte chunks: the H200 clipped a TMA store at n_out
+// only to the 16-byte chunk (n_out = 7 or 300 wrote the padding columns up to the next multiple of 8).
 bool tma_store_applies(const GemmDesc& d, int64_t n_out) {
   if (!d.tma_store || (d.epilogue & kGemmEpiAccumulate) || n_out % 8 != 0) return false;
   static const bool disabled = env_off("KOSMOS_GEMM_TMA_STORE");

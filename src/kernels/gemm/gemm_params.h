@@ -83,6 +83,11 @@ inline constexpr int kGemmBlockK = 64;
 inline constexpr int gemm_block_n(GemmTileShape s) {
   return s == GemmTileShape::k128x128 ? 128 : s == GemmTileShape::k128x64 ? 64 : 256;
 }
+// The inverse: the tile shape of output width bn (256, 128, 64); kAuto for any other value.
+inline constexpr GemmTileShape gemm_tile_shape_of_width(int bn) {
+  return bn == 256 ? GemmTileShape::k128x256 : bn == 128 ? GemmTileShape::k128x128
+                   : bn == 64 ? GemmTileShape::k128x64 : GemmTileShape::kAuto;
+}
 
 // Task payload (plan::Task::arg). A run of `count` tiles: (tile_m + i, tile_n) for i < count,
 // i.e. the run walks down M (grouped: consecutive slots), sharing the B column block; with
