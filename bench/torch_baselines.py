@@ -388,16 +388,21 @@ def write_json(path, obj):
     print(f"  written {path}")
 
 
+def add_moe_args(ap, routing_help, json_help):
+    """The options of the MoE baselines (this file's `moe` and bench/torch_moe_ep.py)."""
+    ap.add_argument("--routing", required=True, help=routing_help)
+    ap.add_argument("--json", help=json_help)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backward", action="store_true", help="also time the autograd backward and fwd+bwd step")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("moe", help="unfused eager torch MoE forward on a kosmos routing dump")
-    m.add_argument("--routing", required=True, help="JSON from `kosmos bench moe --dump-routing PATH`")
-    m.add_argument("--json", help="write results here")
-    m.add_argument("--reps", type=int, default=20)
-    m.add_argument("--warmup", type=int, default=5)
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--backward", action="store_true", help="also time the autograd backward and fwd+bwd step")
+    add_moe_args(m, "JSON from `kosmos bench moe --dump-routing PATH`", "write results here")
     m.set_defaults(fn=cmd_moe)
     g = sub.add_parser("grouped-gemm", help="torch._grouped_mm vs dense torch.mm on issue 3's grouped case")
     src = g.add_mutually_exclusive_group(required=True)

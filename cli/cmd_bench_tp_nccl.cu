@@ -27,12 +27,8 @@
 // unfused bit for bit; the gathered buffer (ops that gather) == NCCL's AllGather bit for bit; fused
 // vs (a) relative L2 error < 2e-2; sampled rows x sampled columns vs fp64 < 1e-2.
 //
-// Timing: one ungated call of each variant (NCCL's lazy connection setup), then before every
-// repetition every rank enqueues a gate kernel (spins on a host-mapped flag),
-// an NCCL barrier (a one-int all-reduce), event a, the variant, event b, and only then opens the
-// gate: the host's enqueue cost stays out of the measurement and all ranks start together. 3
-// warm-ups, median of --reps per rank (the variants alternate repetition by repetition), reported
-// as the max over ranks (ncclAllReduce(max)).
+// Timing: bench_nccl.h's gated, barriered repetitions (3 warm-ups, median of --reps per rank, the
+// variants alternating), reported as the max over ranks (ncclAllReduce(max)).
 // The fused variant's own epoch barrier (TpLayer::run, an NCCL all-reduce before each launch) is
 // inside the timed region: it is part of what a distributed run costs today.
 #include <cublas_v2.h>
@@ -40,7 +36,6 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_nccl.h"
 #include "bench_timing.h"
 #include "bench_tp_report.h"
 #include "bench_tp_nccl.h"
@@ -62,13 +58,6 @@
 namespace kosmos::cli {
 
 namespace {
-
-#define TPN_NCCL(call)                                                                                       \
-  do {                                                                                                       \
-    ncclResult_t tpn_r_ = (call);                                                                            \
-    if (tpn_r_ != ncclSuccess)                                                                               \
-      return Status(StatusCode::kNcclError, std::string(#call) + " failed: " + ncclGetErrorString(tpn_r_)); \
-  } while (0)
 
 using bf16_t = uint16_t;  // raw bf16 bits; cuBLAS / NCCL get the type from their enums
 
@@ -113,98 +102,6 @@ __global__ void fill_encoded(bf16_t* p, uint64_t n, uint32_t buf, uint32_t rank,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Device-side comparison (outputs can be GBs: no host copies).
-
-struct CmpOut {
-  unsigned long long mismatches;  // bitwise differences
-  unsigned long long nonfinite;   // non-finite x
-  double num, den;                // sum (x - ref)^2, sum ref^2
-};
-
-__global__ void compare_bf16(const bf16_t* x, const bf16_t* ref, uint64_t n, CmpOut* out) {
-  unsigned long long mis = 0, nf = 0;
-  double num = 0, den = 0;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x) {
-    const bf16_t a = x[i], b = ref[i];
-    mis += a != b;
-    nf += (a & 0x7f80u) == 0x7f80u;
-    const double da = __uint_as_float(uint32_t(a) << 16), db = __uint_as_float(uint32_t(b) << 16);
-    if ((a & 0x7f80u) != 0x7f80u) num += (da - db) * (da - db);
-    den += db * db;
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    mis += __shfl_down_sync(0xffffffffu, mis, o);
-    nf += __shfl_down_sync(0xffffffffu, nf, o);
-    num += __shfl_down_sync(0xffffffffu, num, o);
-    den += __shfl_down_sync(0xffffffffu, den, o);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    atomicAdd(&out->mismatches, mis);
-    atomicAdd(&out->nonfinite, nf);
-    atomicAdd(&out->num, num);
-    atomicAdd(&out->den, den);
-  }
-}
-
-Status compare(const void* x, const void* ref, size_t elems, CmpOut* d_out, cudaStream_t s, CmpOut* h_out) {
-  KOSMOS_CUDA_CHECK(cudaMemsetAsync(d_out, 0, sizeof(CmpOut), s));
-  compare_bf16<<<528, 256, 0, s>>>(static_cast<const bf16_t*>(x), static_cast<const bf16_t*>(ref), elems, d_out);
-  KOSMOS_CUDA_CHECK(cudaGetLastError());
-  KOSMOS_CUDA_CHECK(cudaMemcpyAsync(h_out, d_out, sizeof(CmpOut), cudaMemcpyDeviceToHost, s));
-  KOSMOS_CUDA_CHECK(cudaStreamSynchronize(s));
-  return Status::ok();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Launch gate: a one-thread kernel that holds the stream until the host opens it (or 30 s pass).
-
-// flag[0]: opened up to this value; flag[1]: set when the gate gave up waiting.
-__global__ void gate_kernel(volatile uint32_t* flag, uint32_t target) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  while (flag[0] < target) {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 > 30000000000ull) {  // the host died or blocked: do not hold the GPU forever
-      flag[1] = 1;
-      break;
-    }
-  }
-}
-
-struct Gate {
-  uint32_t* host = nullptr;
-  uint32_t* dev = nullptr;
-  uint32_t next = 0;
-  Status init() {
-    KOSMOS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * sizeof(uint32_t), cudaHostAllocMapped));
-    host[0] = host[1] = 0;
-    KOSMOS_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), host, 0));
-    return Status::ok();
-  }
-  Status arm(cudaStream_t s) {
-    ++next;
-    gate_kernel<<<1, 1, 0, s>>>(dev, next);
-    KOSMOS_CUDA_CHECK(cudaGetLastError());
-    return Status::ok();
-  }
-  void open() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    *reinterpret_cast<volatile uint32_t*>(host) = next;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
-  // After the stream passed the gate: false when it timed out instead of being opened (something
-  // in the variant blocked the host while the gate held the GPU; the sample would be wrong).
-  bool was_opened() const { return reinterpret_cast<volatile uint32_t*>(host)[1] == 0; }
-  ~Gate() {
-    if (host) {
-      open();
-      cudaFreeHost(host);
-    }
-  }
-};
-
-// ---------------------------------------------------------------------------------------------
 // The baselines' state: plain (cudaMalloc) copies of this rank's inputs and the baselines' own
 // scratch and outputs, so that NCCL and cuBLAS never touch the fused layer's symmetric memory.
 
@@ -222,13 +119,10 @@ struct DevBuf {
   bf16_t* h() const { return static_cast<bf16_t*>(p); }
 };
 
-struct Net {
+struct Net : NcclRank {
   TpConfig cfg;
-  int rank = 0, W = 1;
-  transport::NcclTransport* t = nullptr;
-  ncclComm_t comm = nullptr;
   cublasHandle_t h = nullptr;
-  cudaStream_t s0 = nullptr, s1 = nullptr;
+  cudaStream_t s1 = nullptr;
   std::vector<cudaEvent_t> ev;  // 0..63 chunk events, 64 fork, 65 join, 66 gather done
   DevBuf buf[size_t(TpBuffer::kCount)];  // baseline inputs (X, W, DY), scratch (Gathered, Partial), outputs (Y, DX, DW)
   bf16_t* B(TpBuffer b) { return buf[size_t(b)].h(); }
@@ -290,7 +184,7 @@ Status baseline(Net& c, bool overlapped, int part) {
         return rm_gemm(c, s0, a, false, N, c.B(TB::kW), true, N, c.B(TB::kDX) + ch * R * (K / W), K / W, R, K / W, N);
       };
       if (!overlapped) {
-        if (comm) TPN_NCCL(ncclAllGather(src, G, size_t(R * cols), bf, c.comm, s0));
+        if (comm) KOSMOS_NCCL_BENCH_CHECK(ncclAllGather(src, G, size_t(R * cols), bf, c.comm, s0));
         if (gemm) {
           if (fwd) KOSMOS_RETURN_IF_ERROR(rm_gemm(c, s0, G, false, K, c.B(TB::kW), false, N / W, c.B(TB::kY), N / W, M, N / W, K));
           else KOSMOS_RETURN_IF_ERROR(rm_gemm(c, s0, G, false, N, c.B(TB::kW), true, N, c.B(TB::kDX), K / W, M, K / W, N));
@@ -301,10 +195,10 @@ Status baseline(Net& c, bool overlapped, int part) {
         for (int k = 1; k < W; ++k) {
           const int ch = (r + k) % W, to = (r - k + W) % W;
           if (comm) {
-            TPN_NCCL(ncclGroupStart());
-            TPN_NCCL(ncclSend(src, size_t(R * cols), bf, to, c.comm, s1));
-            TPN_NCCL(ncclRecv(G + ch * R * cols, size_t(R * cols), bf, ch, c.comm, s1));
-            TPN_NCCL(ncclGroupEnd());
+            KOSMOS_NCCL_BENCH_CHECK(ncclGroupStart());
+            KOSMOS_NCCL_BENCH_CHECK(ncclSend(src, size_t(R * cols), bf, to, c.comm, s1));
+            KOSMOS_NCCL_BENCH_CHECK(ncclRecv(G + ch * R * cols, size_t(R * cols), bf, ch, c.comm, s1));
+            KOSMOS_NCCL_BENCH_CHECK(ncclGroupEnd());
           }
           KOSMOS_CUDA_CHECK(cudaEventRecord(c.ev[k], s1));
           KOSMOS_CUDA_CHECK(cudaStreamWaitEvent(s0, c.ev[k]));
@@ -334,14 +228,14 @@ Status baseline(Net& c, bool overlapped, int part) {
       if (!overlapped) {
         if (gemm) KOSMOS_RETURN_IF_ERROR(part_gemm(0, M));
         if (comm) {
-          if (ar) TPN_NCCL(ncclAllReduce(P, out, size_t(M * cols), bf, ncclSum, c.comm, s0));
-          else TPN_NCCL(ncclReduceScatter(P, out, size_t(R * cols), bf, ncclSum, c.comm, s0));
-          if (bwd) TPN_NCCL(ncclAllGather(c.B(TB::kX), c.B(TB::kGathered), size_t(R * K), bf, c.comm, s0));
+          if (ar) KOSMOS_NCCL_BENCH_CHECK(ncclAllReduce(P, out, size_t(M * cols), bf, ncclSum, c.comm, s0));
+          else KOSMOS_NCCL_BENCH_CHECK(ncclReduceScatter(P, out, size_t(R * cols), bf, ncclSum, c.comm, s0));
+          if (bwd) KOSMOS_NCCL_BENCH_CHECK(ncclAllGather(c.B(TB::kX), c.B(TB::kGathered), size_t(R * K), bf, c.comm, s0));
         }
         if (gemm && bwd) KOSMOS_RETURN_IF_ERROR(dw_gemm());
       } else {
         if (bwd) {  // gather X first on the comm stream: dW can start as soon as it lands
-          if (comm) TPN_NCCL(ncclAllGather(c.B(TB::kX), c.B(TB::kGathered), size_t(R * K), bf, c.comm, s1));
+          if (comm) KOSMOS_NCCL_BENCH_CHECK(ncclAllGather(c.B(TB::kX), c.B(TB::kGathered), size_t(R * K), bf, c.comm, s1));
           KOSMOS_CUDA_CHECK(cudaEventRecord(c.ev[66], s1));
         }
         for (int o = 0; o < W; ++o) {
@@ -349,8 +243,8 @@ Status baseline(Net& c, bool overlapped, int part) {
           KOSMOS_CUDA_CHECK(cudaEventRecord(c.ev[o], s0));
           KOSMOS_CUDA_CHECK(cudaStreamWaitEvent(s1, c.ev[o]));
           if (!comm) continue;
-          if (ar) TPN_NCCL(ncclAllReduce(P + o * R * cols, out + o * R * cols, size_t(R * cols), bf, ncclSum, c.comm, s1));
-          else TPN_NCCL(ncclReduce(P + o * R * cols, out, size_t(R * cols), bf, ncclSum, o, c.comm, s1));
+          if (ar) KOSMOS_NCCL_BENCH_CHECK(ncclAllReduce(P + o * R * cols, out + o * R * cols, size_t(R * cols), bf, ncclSum, c.comm, s1));
+          else KOSMOS_NCCL_BENCH_CHECK(ncclReduce(P + o * R * cols, out, size_t(R * cols), bf, ncclSum, o, c.comm, s1));
         }
         if (bwd) {
           KOSMOS_CUDA_CHECK(cudaStreamWaitEvent(s0, c.ev[66]));
@@ -444,136 +338,11 @@ Status check_sampled(const TpConfig& c, const TpLayer& L, int rank, double* rel_
   return Status::ok();
 }
 
-// ---------------------------------------------------------------------------------------------
-// Cross-rank reductions of a few doubles (max, or gather to every rank).
-
-struct Xfer {
-  double* dev = nullptr;
-  size_t cap = 0;
-  ~Xfer() {
-    if (dev) cudaFree(dev);
-  }
-};
-
-Status allreduce_max(Net& c, Xfer& x, std::vector<double>* v) {
-  KOSMOS_CUDA_CHECK(cudaMemcpyAsync(x.dev, v->data(), v->size() * 8, cudaMemcpyHostToDevice, c.s0));
-  TPN_NCCL(ncclAllReduce(x.dev, x.dev, v->size(), ncclFloat64, ncclMax, c.comm, c.s0));
-  KOSMOS_CUDA_CHECK(cudaMemcpyAsync(v->data(), x.dev, v->size() * 8, cudaMemcpyDeviceToHost, c.s0));
-  KOSMOS_CUDA_CHECK(cudaStreamSynchronize(c.s0));
-  return Status::ok();
-}
-
-Status allgather(Net& c, Xfer& x, const std::vector<double>& mine, std::vector<double>* all) {
-  const size_t n = mine.size();
-  all->assign(n * size_t(c.W), 0.0);
-  KOSMOS_CUDA_CHECK(cudaMemcpyAsync(x.dev, mine.data(), n * 8, cudaMemcpyHostToDevice, c.s0));
-  TPN_NCCL(ncclAllGather(x.dev, x.dev + n, n, ncclFloat64, c.comm, c.s0));
-  KOSMOS_CUDA_CHECK(cudaMemcpyAsync(all->data(), x.dev + n, n * size_t(c.W) * 8, cudaMemcpyDeviceToHost, c.s0));
-  KOSMOS_CUDA_CHECK(cudaStreamSynchronize(c.s0));
-  return Status::ok();
-}
-
-// One timed repetition on this rank (collective through the barrier); the gate is opened whatever happens.
-Status one_rep(Net& c, Gate& gate, cudaEvent_t a, cudaEvent_t b, const std::function<Status()>& fn, float* ms) {
-  struct Opener {
-    Gate& g;
-    ~Opener() { g.open(); }
-  };
-  {
-    KOSMOS_RETURN_IF_ERROR(gate.arm(c.s0));
-    Opener opener{gate};
-    KOSMOS_RETURN_IF_ERROR(c.t->barrier(c.s0));
-    KOSMOS_CUDA_CHECK(cudaEventRecord(a, c.s0));
-    KOSMOS_RETURN_IF_ERROR(fn());
-    KOSMOS_CUDA_CHECK(cudaEventRecord(b, c.s0));
-  }
-  KOSMOS_CUDA_CHECK(cudaEventSynchronize(b));
-  KOSMOS_CUDA_CHECK(cudaEventElapsedTime(ms, a, b));
-  KOSMOS_CHECK_CODE(gate.was_opened(), StatusCode::kInternal,
-                    "timing gate timed out: the variant blocked the host while the GPU was held");
-  return Status::ok();
-}
-
-// Medians over `reps` of several variants on this rank, alternated repetition by repetition
-// (repetition i starts with variant i % n: timed in blocks, the later variants ran on a hotter card,
-// bench_timing.h); every rank runs the same sequence (collective).
-Status time_variants(Net& c, Gate& gate, int reps, const std::vector<std::function<Status()>>& fns,
-                     std::vector<double>* medians) {
-  const size_t n = fns.size();
-  cudaEvent_t a, b;
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&a));
-  KOSMOS_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<std::vector<double>> v(n);
-  auto loop = [&]() -> Status {
-    // One ungated call of each first: NCCL connects peers lazily on first use (host-side
-    // handshakes, maybe synchronous copies), which must not happen while the gate holds the stream.
-    for (const auto& fn : fns) {
-      KOSMOS_RETURN_IF_ERROR(c.t->barrier(c.s0));
-      KOSMOS_RETURN_IF_ERROR(fn());
-      KOSMOS_CUDA_CHECK(cudaStreamSynchronize(c.s0));
-    }
-    for (int i = 0; i < 3 + reps; ++i) {  // 3 warm-ups
-      for (size_t jj = 0; jj < n; ++jj) {
-        const size_t j = (size_t(i) + jj) % n;
-        float ms = 0;
-        KOSMOS_RETURN_IF_ERROR(one_rep(c, gate, a, b, fns[j], &ms));
-        if (i >= 3) v[j].push_back(ms);
-      }
-    }
-    return Status::ok();
-  };
-  const Status st = loop();
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  KOSMOS_RETURN_IF_ERROR(st);
-  *medians = medians_of(std::move(v));
-  return Status::ok();
-}
-
-// A clear error before NCCL is touched when the process was not launched one-per-GPU.
-Status check_launch_env(int* world_out) {
-  const char* hint =
-      " (bench tp --transport nccl runs one process per GPU: set RANK, WORLD_SIZE, LOCAL_RANK and, when WORLD_SIZE > 1, "
-      "KOSMOS_NCCL_ID_FILE to a fresh path all ranks share; scripts/run_multigpu_bench.sh does this; for one GPU: "
-      "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0)";
-  auto get = [&](const char* name, bool required, int* v) -> Status {
-    const char* s = std::getenv(name);
-    if (!s || !*s) {
-      KOSMOS_CHECK(!required, name, " is not set", hint);
-      *v = -1;
-      return Status::ok();
-    }
-    char* end = nullptr;
-    const long x = std::strtol(s, &end, 10);
-    KOSMOS_CHECK(end && *end == '\0' && x >= 0 && x < 4096, name, "='", s, "' is not a non-negative integer", hint);
-    *v = int(x);
-    return Status::ok();
-  };
-  int rank, world, local;
-  KOSMOS_RETURN_IF_ERROR(get("RANK", true, &rank));
-  KOSMOS_RETURN_IF_ERROR(get("WORLD_SIZE", true, &world));
-  KOSMOS_RETURN_IF_ERROR(get("LOCAL_RANK", false, &local));
-  KOSMOS_CHECK(world >= 1 && rank < world, "RANK=", rank, " WORLD_SIZE=", world, ": need 0 <= RANK < WORLD_SIZE", hint);
-  if (world > 1) {
-    const char* f = std::getenv("KOSMOS_NCCL_ID_FILE");
-    KOSMOS_CHECK(f && *f, "WORLD_SIZE=", world, " but KOSMOS_NCCL_ID_FILE is not set", hint);
-  }
-  if (const char* nv = std::getenv("NCCL_NVLS_ENABLE"); nv && std::string(nv) != "0")
-    return Status(StatusCode::kInvalidArgument, std::string("NCCL_NVLS_ENABLE=") + nv + ": kosmos never uses NVLink multicast; set it to 0 or unset it");
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-  const int dev = local >= 0 ? local : rank;
-  KOSMOS_CHECK_CODE(dev < gpus, StatusCode::kUnavailable, "rank ", rank, " wants GPU ", dev, " (LOCAL_RANK) but ", gpus,
-                    " GPU(s) are visible");
-  *world_out = world;
-  return Status::ok();
-}
-
 }  // namespace
 
 void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
   int world = 0;
-  throw_if_error(check_launch_env(&world));
+  throw_if_error(check_nccl_launch_env("bench tp --transport nccl", &world));
   std::unique_ptr<transport::NcclTransport> t;
   throw_if_error(transport::NcclTransport::create_from_env(&t));
   const int rank = t->rank(), W = t->world();
@@ -614,8 +383,8 @@ void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
   for (auto& e : c.ev) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
   Gate gate;
   throw_if_error(gate.init());
-  Xfer xfer;
-  cuda(cudaMalloc(reinterpret_cast<void**>(&xfer.dev), sizeof(double) * 64 * size_t(W + 1)), "cudaMalloc");
+  HostDoubles xfer;
+  throw_if_error(xfer.init(W, 64));
 
   // Inputs: encoded on the device into both layers; the baselines get plain copies.
   for (TpBuffer b : {TpBuffer::kX, TpBuffer::kW, TpBuffer::kDY}) {
@@ -647,22 +416,22 @@ void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
   for (TpBuffer b : outputs(cfg.op)) {
     const size_t elems = fused->buffer_bytes(b) / 2;
     CmpOut u{}, a{};
-    throw_if_error(compare(fused->buffer(b, rank), unfused->buffer(b, rank), elems, d_cmp, c.s0, &u));
-    throw_if_error(compare(fused->buffer(b, rank), c.buf[size_t(b)].p, elems, d_cmp, c.s0, &a));
+    throw_if_error(compare_bf16(fused->buffer(b, rank), unfused->buffer(b, rank), elems, d_cmp, c.s0, &u));
+    throw_if_error(compare_bf16(fused->buffer(b, rank), c.buf[size_t(b)].p, elems, d_cmp, c.s0, &a));
     not_bitwise = std::max(not_bitwise, double(u.mismatches));
     nonfinite = std::max(nonfinite, double(a.nonfinite));
     err_cublas = std::max(err_cublas, std::sqrt(a.num / std::max(a.den, 1e-30)));
   }
   if (fused->buffer_bytes(TpBuffer::kGathered)) {  // W > 1 and the op gathers: AllGather is exact
     CmpOut gcmp{};
-    throw_if_error(compare(fused->buffer(TpBuffer::kGathered, rank), c.buf[size_t(TpBuffer::kGathered)].p,
+    throw_if_error(compare_bf16(fused->buffer(TpBuffer::kGathered, rank), c.buf[size_t(TpBuffer::kGathered)].p,
                            fused->buffer_bytes(TpBuffer::kGathered) / 2, d_cmp, c.s0, &gcmp));
     gathered_diff = double(gcmp.mismatches);
   }
   cudaFree(d_cmp);
   throw_if_error(check_sampled(cfg, *fused, rank, &err_fp64));
   std::vector<double> verdict = {not_bitwise, nonfinite, err_cublas, gathered_diff, std::isfinite(err_fp64) ? err_fp64 : 1e300};
-  throw_if_error(allreduce_max(c, xfer, &verdict));
+  throw_if_error(xfer.allreduce_max(c, &verdict));
   const bool bitwise = verdict[0] == 0;
   err_cublas = verdict[2];
   err_fp64 = verdict[4];
@@ -679,7 +448,7 @@ void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
   // ---- timing (collective)
   say("timing...");
   std::vector<double> mine;  // fused, unfused, (a), (b), comm only, GEMMs only
-  throw_if_error(time_variants(c, gate, o.reps,
+  throw_if_error(time_nccl_variants(c, gate, o.reps,
                                {[&] { return fused->run(c.s0); }, [&] { return unfused->run(c.s0); },
                                 [&] { return baseline(c, false, 0); }, [&] { return baseline(c, true, 0); },
                                 [&] { return baseline(c, false, 1); }, [&] { return baseline(c, false, 2); }},
@@ -689,9 +458,9 @@ void run_bench_tp_nccl(const TpNcclBenchOptions& o) {
   cuda(cudaStreamSynchronize(c.s0), "timing");
   double t_fused, t_unfused, t_a, t_b, t_comm, t_gemm;
   std::vector<double> per_rank;
-  throw_if_error(allgather(c, xfer, mine, &per_rank));
+  throw_if_error(xfer.allgather(c, mine, &per_rank));
   std::vector<double> mx = mine;
-  throw_if_error(allreduce_max(c, xfer, &mx));
+  throw_if_error(xfer.allreduce_max(c, &mx));
   t_fused = mx[0], t_unfused = mx[1], t_a = mx[2], t_b = mx[3], t_comm = mx[4], t_gemm = mx[5];
   throw_if_error(t->barrier(c.s0));
   cuda(cudaStreamSynchronize(c.s0), "final barrier");

@@ -2,7 +2,7 @@
 # One device call: runs the GPU tests and benchmarks from an already built tree (carry build/),
 # writing logs and JSON under $OUT. Usage on the GPU machine: scripts/device_batch.sh [steps...]
 # Steps: info gpu-tests nccl-tests demo bench-gemm bench-gemm-nt bench-tp runtime-bench trace bench-moe
-#        baselines gemm-tests gemm-bench raster-sweep keep-ab ncu-gemm probe (default: info gpu-tests runtime-bench trace demo)
+#        baselines gemm-tests gemm-bench raster-sweep keep-ab ncu-gemm probe multigpu-bench (default: info gpu-tests runtime-bench trace demo)
 set -uo pipefail
 # Everything is written to a work folder and packed into $OUT/results.tgz at the end (the device
 # tool returns at most 8 files).
@@ -60,6 +60,11 @@ for s in "${steps[@]}"; do
       $bin/kosmos bench tp --model llama3-8b --op ag_gemm --world 8 --reps 3 --trace-svg "$out/trace-ag-gemm-w8.svg" > /dev/null 2>&1
       $bin/kosmos bench tp --model llama3-8b --op gemm_rs --world 8 --reps 3 --trace-svg "$out/trace-gemm-rs-w8.svg" > /dev/null 2>&1
       ;;
+    multigpu-bench)
+      # scripts/run_multigpu_bench.sh at W = the GPUs visible (1: the one-process-per-GPU path's smoke
+      # test); CASES / MOE_CASES / REPS / SKIP_TORCH pass through.
+      ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      BUILD_DIR=$bin scripts/run_multigpu_bench.sh "${MGPU_W:-$ngpu}" "$out/multigpu" 2>&1 | tee "$out/multigpu-bench.log" ;;
     bench-moe)
       # spec: model:tokens:world[:b (backward) | :bs (backward after a forward that saved its activations)]
       moe_specs=${MOE_SPECS:-"qwen3-235b:128:1 qwen3-235b:4096:1 deepseek-v3:128:1 deepseek-v3:4096:1 qwen3-235b:4096:8"}

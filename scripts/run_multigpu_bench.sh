@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Issue 4's multi-GPU measurement: `kosmos bench tp --transport nccl` with one process per GPU
-# (RANK / WORLD_SIZE / LOCAL_RANK / KOSMOS_NCCL_ID_FILE) for every model/op of the issue, then
-# baseline (c), PyTorch symmetric-memory async-TP (bench/torch_async_tp.py under torchrun).
+# The multi-GPU measurements, one process per GPU (RANK / WORLD_SIZE / LOCAL_RANK /
+# KOSMOS_NCCL_ID_FILE): issue 4's `kosmos bench tp --transport nccl` for every model/op of the
+# issue and issue 5's `kosmos bench moe --transport nccl` (forward, and backward in training mode),
+# then the PyTorch baselines under torchrun: symmetric-memory async-TP (bench/torch_async_tp.py)
+# and the expert-parallel MoE pipeline on the same routing (bench/torch_moe_ep.py).
 #
 # Usage: scripts/run_multigpu_bench.sh [W] [OUT_DIR]      (default W = 8, OUT_DIR = bench/results/multigpu-W<W>)
 #   env: BUILD_DIR (default build; the binary is $BUILD_DIR/kosmos), REPS (default 20),
 #        KOSMOS_NCCL_LIB_DIR (libnccl folder to put first), SKIP_TORCH=1 (kosmos only),
-#        CASES (override the case list, e.g. "llama3-70b:ag_gemm llama3-70b:gemm_rs:bwd")
+#        CASES (override the TP case list, e.g. "llama3-70b:ag_gemm llama3-70b:gemm_rs:bwd"; "" for none),
+#        MOE_CASES (override the MoE case list, e.g. "qwen3-235b:4096 deepseek-v3:4096:bwd"; "" for none)
 # W = 1 runs everything on one GPU (a one-rank communicator): the smoke test.
 # Skips (exit 0, with a message) when fewer than W GPUs are visible.
 # NCCL: same selection as scripts/run_multigpu.sh (the torch wheel's libnccl first on LD_LIBRARY_PATH);
@@ -42,58 +45,97 @@ DEFAULT_CASES="llama3-70b:ag_gemm llama3-70b:gemm_rs llama3-70b:gemm_ar llama3-7
 for m in gpt3-175b llama3-405b llama3-8b small-m; do
   DEFAULT_CASES+=" $m:ag_gemm $m:gemm_rs $m:gemm_ar"
 done
-CASES=${CASES:-$DEFAULT_CASES}
+CASES=${CASES-$DEFAULT_CASES}
+# model:tokens[:bwd] — issue 5's shapes; bwd = the training-mode backward (--save-activations).
+DEFAULT_MOE_CASES="qwen3-235b:4096 qwen3-235b:4096:bwd deepseek-v3:4096 deepseek-v3:4096:bwd qwen3-235b:128 deepseek-v3:128"
+MOE_CASES=${MOE_CASES-$DEFAULT_MOE_CASES}
 
 status=0
 ran=0
 failed=()
-for CASE in $CASES; do
-  IFS=: read -r MODEL OP BWD <<<"$CASE"
-  NAME="tp-nccl-W$W-$MODEL-$OP${BWD:+-bwd}"
-  ARGS=(bench tp --transport nccl --model "$MODEL" --op "$OP" --reps "$REPS" --json "$OUT_DIR/$NAME.json")
-  [[ -n $BWD ]] && ARGS+=(--backward)
+# run_case NAME ARGS...: one process per GPU running `kosmos ARGS...`; logs per rank.
+run_case() {
+  local NAME=$1
+  shift
+  local ID_FILE
   ID_FILE=$(mktemp -u "${TMPDIR:-/tmp}/kosmos_nccl_id.XXXXXX")   # fresh per launch
   echo "== $NAME"
-  pids=()
+  local pids=() r c_status=0
   for (( r = 0; r < W; ++r )); do
     RANK=$r WORLD_SIZE=$W LOCAL_RANK=$r KOSMOS_NCCL_ID_FILE=$ID_FILE \
-      timeout 600 "$BIN" "${ARGS[@]}" >"$LOG_DIR/$NAME.rank$r.log" 2>&1 &
+      timeout 600 "$BIN" "$@" >"$LOG_DIR/$NAME.rank$r.log" 2>&1 &
     pids+=($!)
   done
-  c_status=0
   for (( r = 0; r < W; ++r )); do
     wait "${pids[$r]}" || c_status=1
   done
   rm -f "$ID_FILE"
   ran=$((ran + 1))
   if (( c_status == 0 )); then
-    grep -v '^\[bench tp nccl\]' "$LOG_DIR/$NAME.rank0.log"
+    grep -Ev '^\[bench (tp|moe) nccl\]' "$LOG_DIR/$NAME.rank0.log"
   else
     status=1
     failed+=("$NAME")
     echo "$NAME FAILED; last lines of each rank's log ($LOG_DIR/$NAME.rank*.log):"
     for (( r = 0; r < W; ++r )); do echo "-- rank $r"; tail -5 "$LOG_DIR/$NAME.rank$r.log"; done
   fi
+}
+
+for CASE in $CASES; do
+  IFS=: read -r MODEL OP BWD <<<"$CASE"
+  NAME="tp-nccl-W$W-$MODEL-$OP${BWD:+-bwd}"
+  ARGS=(bench tp --transport nccl --model "$MODEL" --op "$OP" --reps "$REPS" --json "$OUT_DIR/$NAME.json")
+  [[ -n $BWD ]] && ARGS+=(--backward)
+  run_case "$NAME" "${ARGS[@]}"
+done
+
+for CASE in $MOE_CASES; do
+  IFS=: read -r MODEL TOKENS BWD <<<"$CASE"
+  NAME="moe-nccl-W$W-$MODEL-t$TOKENS${BWD:+-bwd}"
+  ARGS=(bench moe --transport nccl --model "$MODEL" --tokens "$TOKENS" --reps "$REPS" --json "$OUT_DIR/$NAME.json")
+  [[ -n $BWD ]] && ARGS+=(--backward --save-activations)
+  run_case "$NAME" "${ARGS[@]}"
 done
 
 if [[ ${SKIP_TORCH:-0} == 1 ]]; then
-  echo "== torch async-TP baseline (c): skipped (SKIP_TORCH=1)"
+  echo "== torch baselines (async-TP, EP MoE): skipped (SKIP_TORCH=1)"
 elif ! python3 -c "import torch" 2>/dev/null; then
-  echo "== torch async-TP baseline (c): skipped (python3 cannot import torch)"
+  echo "== torch baselines (async-TP, EP MoE): skipped (python3 cannot import torch)"
 else
-  echo "== torch async-TP baseline (c)"
   TORCHRUN=(python3 -m torch.distributed.run)
-  MODELS=$(for CASE in $CASES; do echo "${CASE%%:*}"; done | awk '!seen[$0]++' | paste -sd, -)
-  "${TORCHRUN[@]}" --standalone --nproc-per-node "$W" bench/torch_async_tp.py \
-      --models "$MODELS" --ops ag_gemm,gemm_rs --reps "$REPS" --json "$OUT_DIR/torch-async-tp-W$W.json" \
-      >"$LOG_DIR/torch-async-tp-W$W.log" 2>&1
-  t_status=$?
-  grep -v '^\s*$' "$LOG_DIR/torch-async-tp-W$W.log" | grep -E 'async-TP|error|Error' | head -40
-  if (( t_status != 0 )); then
-    status=1
-    failed+=("torch-async-tp")
-    echo "torch async-TP FAILED (log: $LOG_DIR/torch-async-tp-W$W.log)"; tail -20 "$LOG_DIR/torch-async-tp-W$W.log"
+  # torch_run NAME LOG PATTERN SCRIPT ARGS...: one torchrun launch at W, its log in LOG, the lines
+  # matching PATTERN shown; a failure is counted and its log's tail shown.
+  torch_run() {
+    local name=$1 log=$2 pattern=$3
+    shift 3
+    "${TORCHRUN[@]}" --standalone --nproc-per-node "$W" "$@" >>"$log" 2>&1
+    local t_status=$?
+    grep -v '^\s*$' "$log" | grep -E "$pattern" | grep -v '^\[' | head -40
+    if (( t_status != 0 )); then
+      status=1
+      failed+=("$name")
+      echo "$name FAILED (log: $log)"; tail -20 "$log"
+    fi
+  }
+  if [[ -n $CASES ]]; then
+    echo "== torch async-TP baseline (c)"
+    MODELS=$(for CASE in $CASES; do echo "${CASE%%:*}"; done | awk '!seen[$0]++' | paste -sd, -)
+    : >"$LOG_DIR/torch-async-tp-W$W.log"
+    torch_run torch-async-tp "$LOG_DIR/torch-async-tp-W$W.log" 'async-TP|error|Error' bench/torch_async_tp.py \
+        --models "$MODELS" --ops ag_gemm,gemm_rs --reps "$REPS" --json "$OUT_DIR/torch-async-tp-W$W.json"
   fi
+  # The expert-parallel MoE pipeline on the exact routing of each MoE case (dumped without a GPU).
+  for CASE in $MOE_CASES; do
+    IFS=: read -r MODEL TOKENS BWD <<<"$CASE"
+    NAME="torch-moe-ep-W$W-$MODEL-t$TOKENS${BWD:+-bwd}"
+    ROUTING="$OUT_DIR/routing-W$W-$MODEL-t$TOKENS.json"
+    echo "== $NAME"
+    # no GPU visible: the routing only, not the virtual-rank bench
+    CUDA_VISIBLE_DEVICES= "$BIN" bench moe --model "$MODEL" --tokens "$TOKENS" --world "$W" --dump-routing "$ROUTING" >"$LOG_DIR/$NAME.log" 2>&1 || true
+    T_ARGS=(--routing "$ROUTING" --reps "$REPS" --json "$OUT_DIR/$NAME.json")
+    [[ -n $BWD ]] && T_ARGS+=(--backward)
+    torch_run "$NAME" "$LOG_DIR/$NAME.log" 'torch|ms|error|Error' bench/torch_moe_ep.py "${T_ARGS[@]}"
+  done
 fi
 
 echo "run_multigpu_bench: $ran kosmos case(s) at W=$W; failed: ${failed[*]:-none}; JSON in $OUT_DIR"
