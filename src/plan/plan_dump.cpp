@@ -23,8 +23,9 @@ void dump_args(std::ostream& os, const Task& t) {
       break;
     }
     case TaskKind::kGemmTile:  // GemmTileArgs {problem, tile_m, tile_n, count} (kernels/gemm/gemm_params.h)
-      os << " problem " << t.arg[0] << " m-block " << t.arg[1] << (t.arg[3] > 1 ? "+" + std::to_string(t.arg[3] - 1) : "")
-         << " n-block " << t.arg[2];
+      os << " problem " << t.arg[0] << " m-block " << t.arg[1];
+      if (t.arg[3] > 1) os << "+" << (t.arg[3] - 1);  // streamed, not a temporary string: GCC 12's -Wrestrict false positive
+      os << " n-block " << t.arg[2];
       break;
     default: {
       os << " args=";

@@ -164,6 +164,19 @@ TEST(Plan, ExternalSignalsCountTowardTotalsAndOrder) {
   EXPECT_EQ(p.total(0, c), 1u);
 }
 
+TEST(Plan, DumpShowsGemmTileRuns) {
+  PlanBuilder b(1, "gemm dump");
+  const uint32_t run[kTaskArgWords] = {1, 5, 7, 3};   // problem 1, m blocks 5..7, n block 7
+  const uint32_t one[kTaskArgWords] = {0, 2, 4, 1};   // a single tile
+  b.set_args(b.add_task(TaskKind::kGemmTile, 0), run);
+  b.set_args(b.add_task(TaskKind::kGemmTile, 0), one);
+  Plan p;
+  ASSERT_TRUE(build(b, &p).is_ok());
+  const std::string d = dump(p);
+  EXPECT_NE(d.find("problem 1 m-block 5+2 n-block 7"), std::string::npos) << d;
+  EXPECT_NE(d.find("problem 0 m-block 2 n-block 4"), std::string::npos) << d;
+}
+
 TEST(Plan, RandomDagIsValidAndDumps) {
   RandomDagOptions o;
   o.num_tasks = 500;
