@@ -18,6 +18,7 @@ struct MoeNcclBenchOptions {
   int reps = 20;
   std::string json;  // written by rank 0 when not empty
   bool skip_cublas = false;
+  std::string trace_svg;  // not empty: the runs record traces (timed ones too); each rank writes one more run's SVG
 };
 
 // Throws kosmos::Error with a clear message on a bad launch environment, a failed verification (on

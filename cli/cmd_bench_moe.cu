@@ -30,7 +30,6 @@
 #include "kernels/gemm/bf16.h"
 #include "kosmos/cuda_check.h"
 #include "kosmos/moe.h"
-#include "kosmos/trace.h"
 #include "moe_bench_common.h"
 #include "moe_cublas_pipeline.h"
 
@@ -70,7 +69,9 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--experts", o->experts, "Override E (total experts)");
   cmd->add_option("--reps", o->reps, "Timed repetitions (median)")->check(CLI::Range(3, 1000));
   cmd->add_option("--json", o->json, "Write results as JSON here");
-  cmd->add_option("--trace-svg", o->trace_svg, "Record a trace of one fused run and write it as SVG");
+  cmd->add_option("--trace-svg", o->trace_svg,
+                  "Record a trace of one fused run and write it as SVG (--transport nccl: every rank writes its own, "
+                  "PATH with .rank<r> before .svg when WORLD_SIZE > 1)");
   cmd->add_flag("--backward", o->backward, "Benchmark the backward pass (world <= 8) instead of the forward");
   cmd->add_flag("--save-activations", o->save_activations,
                 "With --backward: training mode -- the forward keeps x rows and GEMM1's pre-activation, the backward "
@@ -104,7 +105,7 @@ void add_bench_moe(CLI::App& bench) {
   cmd->callback([o, cmd] {
     const bool nccl = o->transport == "nccl";
     if (nccl) {  // the world is WORLD_SIZE
-      for (const char* opt : {"--world", "--trace-svg", "--phase-times", "--dump-routing"})
+      for (const char* opt : {"--world", "--phase-times", "--dump-routing"})
         if (cmd->count(opt))
           throw Error(Status(StatusCode::kInvalidArgument,
                              std::string("bench moe: ") + opt + " is not available with --transport nccl" +
@@ -120,7 +121,7 @@ void add_bench_moe(CLI::App& bench) {
     cfg.num_experts = o->experts > 0 ? o->experts : md.fixed_experts > 0 ? md.fixed_experts : md.experts_per_rank * o->world;
     cfg.top_k = o->top_k;
     cfg.trace = !o->trace_svg.empty();
-    if (cfg.trace)  // the runners record a trace on every fused run: the timed ones too
+    if (cfg.trace && !nccl)  // the runners record a trace on every fused run: the timed ones too (nccl: said there)
       std::fprintf(stderr, "[bench moe] --trace-svg: every fused run records its trace, so the times include tracing\n");
     cfg.backward = o->backward;
     if (o->save_activations && !o->backward)
@@ -145,6 +146,7 @@ void add_bench_moe(CLI::App& bench) {
       no.reps = o->reps;
       no.json = o->json;
       no.skip_cublas = o->skip_cublas;
+      no.trace_svg = o->trace_svg;
       run_bench_moe_nccl(no);
       return;
     }
@@ -199,18 +201,10 @@ void add_bench_moe(CLI::App& bench) {
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     // --trace-svg: one more fused run, its timeline as SVG and where its time went by task label.
     auto trace_one_run = [&](bool backward) {
-      throw_if_error(backward ? L->run_backward_composition(true, s) : L->run_composition(true, s));
-      throw_if_error(L->finish(s));
-      std::vector<runtime::TraceRecord> tr;
-      throw_if_error(L->read_trace(&tr, backward));
-      int dev = 0, sms = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      std::printf("%s", trace_breakdown(tr, L->task_labels(backward), sms).c_str());
-      throw_if_error(runtime::write_trace_files(tr, std::string("kosmos moe ") + (backward ? "backward " : "forward ") + o->model +
-                                                        " W=" + std::to_string(W) + " T=" + std::to_string(T) +
-                                                        " (virtual ranks, one H200)",
-                                                "", o->trace_svg));
+      throw_if_error(trace_moe_run(*L, backward,
+                                   std::string("kosmos moe ") + (backward ? "backward " : "forward ") + o->model + " W=" +
+                                       std::to_string(W) + " T=" + std::to_string(T) + " (virtual ranks, one H200)",
+                                   o->trace_svg, s));
     };
     // --phase-times: each launch of the unfused composition alone, median of --reps (inputs are
     // what the full runs before left in the buffers; every phase reads and writes the same bytes

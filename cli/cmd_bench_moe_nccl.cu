@@ -87,11 +87,12 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
                                                          " is not WORLD_SIZE " + std::to_string(W)));
   cfg.fused = true;
   cfg.cpu = false;
-  cfg.trace = false;
+  cfg.trace = !o.trace_svg.empty();  // the runners record a trace on every fused run: the timed ones too
   cfg.watchdog_seconds = std::max(cfg.watchdog_seconds, 30.0);
   const bool bwd = cfg.backward;
   const int E = cfg.num_experts, k = cfg.top_k;
   const int64_t T = cfg.tokens, H = cfg.hidden, I = cfg.intermediate;
+  if (cfg.trace) say("--trace-svg: every fused run records its trace, so the times include tracing");
   say(std::string(bwd ? "backward " : "") + o.model + " W=" + std::to_string(W) + " T=" + std::to_string(T) + " E=" +
       std::to_string(E) + " k=" + std::to_string(k) + " " + o.routing + ", NCCL " + transport::nccl_library_version().to_string() +
       ": planning...");
@@ -229,6 +230,19 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
   throw_if_error(xfer.allgather(c, mine, &per_rank));
   std::vector<double> mx = mine;
   throw_if_error(xfer.allreduce_max(c, &mx));
+  if (cfg.trace) {  // every rank: one more fused run, its breakdown on this rank's stdout, its own SVG
+    std::string path = o.trace_svg;
+    if (W > 1) {
+      const size_t dot = path.rfind(".svg");
+      path.insert(dot == std::string::npos ? path.size() : dot, ".rank" + std::to_string(rank));
+    }
+    std::printf("trace of rank %d (%s):\n", rank, path.c_str());
+    throw_if_error(trace_moe_run(*L, bwd,
+                                 std::string("kosmos moe ") + (bwd ? "backward " : "forward ") + o.model + " rank " +
+                                     std::to_string(rank) + " of W=" + std::to_string(W) + " T=" + std::to_string(T) +
+                                     " (one process per GPU, NCCL)",
+                                 path, s));
+  }
   throw_if_error(t->barrier(s));
   cuda(cudaStreamSynchronize(s), "final barrier");
   if (!lead) return;
@@ -294,6 +308,7 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
     j["step_ms"] = t_fwd + t_fused;
   }
   j["reps"] = o.reps;
+  j["trace_enabled"] = cfg.trace;
   j["timing"] = "per rank: gate kernel + NCCL barrier, then CUDA events around the variant (the pipeline: no gate, it syncs with the "
                 "host mid-way); 3 warm-ups, median of reps, the variants alternating repetition by repetition; reported: max over "
                 "ranks. fused / unfused include MoeLayer's epoch barrier before each launch (one NCCL all-reduce).";

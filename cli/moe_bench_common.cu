@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <random>
 
+#include "bench_timing.h"
 #include "kernels/gemm/bf16.h"
 #include "kosmos/cuda_check.h"
+#include "kosmos/trace.h"
 
 namespace kosmos::cli {
 
@@ -257,6 +259,18 @@ std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols) {
   std::snprintf(raw, sizeof raw, "%04x", v[first]);
   return std::to_string(bad) + " elements, first at row " + std::to_string(first / size_t(cols)) + " col " +
          std::to_string(first % size_t(cols)) + " (raw 0x" + raw + ")";
+}
+
+Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s) {
+  KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(true, s) : L.run_composition(true, s));
+  KOSMOS_RETURN_IF_ERROR(L.finish(s));
+  std::vector<runtime::TraceRecord> tr;
+  KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
+  int dev = 0, sms = 0;
+  KOSMOS_CUDA_CHECK(cudaGetDevice(&dev));
+  KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  std::printf("%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
+  return runtime::write_trace_files(tr, title, "", svg_path);
 }
 
 void put_moe_shape(nlohmann::json& j, const std::string& model, const std::string& routing, const MoeConfig& c) {

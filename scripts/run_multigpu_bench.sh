@@ -9,7 +9,8 @@
 #   env: BUILD_DIR (default build; the binary is $BUILD_DIR/kosmos), REPS (default 20),
 #        KOSMOS_NCCL_LIB_DIR (libnccl folder to put first), SKIP_TORCH=1 (kosmos only),
 #        CASES (override the TP case list, e.g. "llama3-70b:ag_gemm llama3-70b:gemm_rs:bwd"; "" for none),
-#        MOE_CASES (override the MoE case list, e.g. "qwen3-235b:4096 deepseek-v3:4096:bwd"; "" for none)
+#        MOE_CASES (override the MoE case list, e.g. "qwen3-235b:4096 deepseek-v3:4096:bwd"; "" for none),
+#        TRACE=1 (the MoE cases also write a trace SVG per rank; their times then include tracing)
 # W = 1 runs everything on one GPU (a one-rank communicator): the smoke test.
 # Skips (exit 0, with a message) when fewer than W GPUs are visible.
 # NCCL: same selection as scripts/run_multigpu.sh (the torch wheel's libnccl first on LD_LIBRARY_PATH);
@@ -94,6 +95,7 @@ for CASE in $MOE_CASES; do
   NAME="moe-nccl-W$W-$MODEL-t$TOKENS${BWD:+-bwd}"
   ARGS=(bench moe --transport nccl --model "$MODEL" --tokens "$TOKENS" --reps "$REPS" --json "$OUT_DIR/$NAME.json")
   [[ -n $BWD ]] && ARGS+=(--backward --save-activations)
+  [[ ${TRACE:-0} == 1 ]] && ARGS+=(--trace-svg "$OUT_DIR/$NAME.svg")   # one SVG per rank; times include tracing
   run_case "$NAME" "${ARGS[@]}"
 done
 
