@@ -21,6 +21,7 @@ struct MoeNcclBenchOptions {
   std::string trace_svg;  // not empty: the runs record traces (timed ones too); each rank writes one more run's SVG
 };
 
+// Expects the launch environment checked (check_nccl_launch_env) and opts.cfg.world = WORLD_SIZE.
 // Throws kosmos::Error with a clear message on a bad launch environment, a failed verification (on
 // every rank alike: the verdict is reduced across ranks first) or a CUDA / NCCL / cuBLAS error.
 void run_bench_moe_nccl(const MoeNcclBenchOptions& opts);

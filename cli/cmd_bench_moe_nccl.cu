@@ -72,8 +72,7 @@ std::vector<std::pair<MoeBuffer, bool>> outputs(bool backward) {
 }  // namespace
 
 void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
-  int world = 0;
-  throw_if_error(check_nccl_launch_env("bench moe --transport nccl", &world));
+  // The launch environment was checked by the caller (cmd_bench_moe.cu: the world it planned for).
   std::unique_ptr<transport::NcclTransport> t;
   throw_if_error(transport::NcclTransport::create_from_env(&t));
   const int rank = t->rank(), W = t->world();
@@ -134,14 +133,15 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
   // ---- verification (collective)
   say("verifying...");
   auto run_dir = [&](bool fused) { return bwd ? L->run_backward_composition(fused, s) : L->run_composition(fused, s); };
+  const std::vector<std::pair<MoeBuffer, bool>> outs = outputs(bwd);
   auto poison = [&] {
-    for (auto [b, is_bf16] : outputs(bwd)) poison_on(s, L->buffer(b, rank), L->buffer_bytes(b));
+    for (auto [b, is_bf16] : outs) poison_on(s, L->buffer(b, rank), L->buffer_bytes(b));
   };
   poison();
   throw_if_error(run_dir(false));
   throw_if_error(L->finish(s));
   std::vector<DevCopy> unfused_out;
-  for (auto [b, is_bf16] : outputs(bwd)) {
+  for (auto [b, is_bf16] : outs) {
     unfused_out.emplace_back();
     unfused_out.back().take(L->buffer(b, rank), L->buffer_bytes(b), s);
   }
@@ -149,8 +149,8 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
   throw_if_error(run_dir(true));
   throw_if_error(L->finish(s));
   double mismatches = 0, nonfinite = 0;
-  for (size_t i = 0; i < outputs(bwd).size(); ++i) {
-    const auto [b, is_bf16] = outputs(bwd)[i];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto [b, is_bf16] = outs[i];
     if (is_bf16) {
       CmpOut u{};
       throw_if_error(compare_bf16(L->buffer(b, rank), unfused_out[i].p, L->buffer_bytes(b) / 2, d_cmp, s, &u));
@@ -212,15 +212,22 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
 
   // ---- timing (collective)
   say("timing...");
-  std::vector<std::function<Status()>> fns = {[&] { return run_dir(true); }, [&] { return run_dir(false); }};
-  std::vector<bool> ungated = {false, false};
-  if (with_pipeline) {
-    fns.push_back([&] { return cb.run(); });
-    ungated.push_back(true);
-  }
-  if (bwd && cfg.save_activations) {  // the saving forward: timed with the others (it rewrites what it saved, the same each time)
-    fns.push_back([&] { return L->run_composition(true, s); });
-    ungated.push_back(false);
+  // The variants, by their JSON key; the pipeline waits for the host mid-way, so it runs ungated.
+  struct Variant {
+    const char* key;
+    std::function<Status()> fn;
+    bool ungated;
+  };
+  std::vector<Variant> variants = {{"fused_ms", [&] { return run_dir(true); }, false},
+                                   {"unfused_ms", [&] { return run_dir(false); }, false}};
+  if (with_pipeline) variants.push_back({"cublas_grouped_ms", [&] { return cb.run(); }, true});
+  if (bwd && cfg.save_activations)  // the saving forward: timed with the others (it rewrites what it saved, the same each time)
+    variants.push_back({"forward_saving_ms", [&] { return L->run_composition(true, s); }, false});
+  std::vector<std::function<Status()>> fns;
+  std::vector<bool> ungated;
+  for (const Variant& v : variants) {
+    fns.push_back(v.fn);
+    ungated.push_back(v.ungated);
   }
   std::vector<double> mine;
   throw_if_error(time_nccl_variants(c, gate, o.reps, fns, &mine, ungated));
@@ -248,8 +255,13 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
   if (!lead) return;
 
   const double flops = bwd ? moe_backward_flops(cfg) : moe_forward_flops(cfg);
-  const double t_fused = mx[0], t_unfused = mx[1];
-  const double t_pipe = with_pipeline ? mx[2] : 0, t_fwd = (bwd && cfg.save_activations) ? mx[2] : 0;
+  auto max_ms = [&](const char* key) {  // the max over ranks of a variant's medians; 0 when not timed
+    for (size_t v = 0; v < variants.size(); ++v)
+      if (std::string(variants[v].key) == key) return mx[v];
+    return 0.0;
+  };
+  const double t_fused = max_ms("fused_ms"), t_unfused = max_ms("unfused_ms");
+  const double t_pipe = max_ms("cublas_grouped_ms"), t_fwd = max_ms("forward_saving_ms");
   const int64_t max_rows = *std::max_element(routing.rows_per_rank.begin(), routing.rows_per_rank.end());
   const double weight_bytes_rank = double(L->buffer_bytes(MoeBuffer::kGateUp) + L->buffer_bytes(MoeBuffer::kDown));
   const double floor_ms = weight_bytes_rank / 4.2e12 * 1e3;  // each GPU reads its own experts' weights
@@ -313,13 +325,10 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
                 "host mid-way); 3 warm-ups, median of reps, the variants alternating repetition by repetition; reported: max over "
                 "ranks. fused / unfused include MoeLayer's epoch barrier before each launch (one NCCL all-reduce).";
   nlohmann::json pr;
-  std::vector<std::string> names = {"fused_ms", "unfused_ms"};
-  if (with_pipeline) names.push_back("cublas_grouped_ms");
-  if (bwd && cfg.save_activations) names.push_back("forward_saving_ms");
-  for (size_t v = 0; v < names.size(); ++v) {
+  for (size_t v = 0; v < variants.size(); ++v) {
     std::vector<double> col;
-    for (int r = 0; r < W; ++r) col.push_back(per_rank[size_t(r) * names.size() + v]);
-    pr[names[v]] = col;
+    for (int r = 0; r < W; ++r) col.push_back(per_rank[size_t(r) * variants.size() + v]);
+    pr[variants[v].key] = col;
   }
   j["per_rank_median_ms"] = pr;
   throw_if_error(write_json(o.json, j));

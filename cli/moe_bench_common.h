@@ -98,7 +98,7 @@ Status trace_moe_run(MoeLayer& layer, bool backward, const std::string& title, c
 // The layer's shape and routing, as every JSON of both MoE benchmarks names them.
 void put_moe_shape(nlohmann::json& j, const std::string& model, const std::string& routing, const MoeConfig& c);
 
-// The layer's GEMM FLOPs of one forward (all ranks) and the weight bytes of all ranks.
+// The layer's GEMM FLOPs of one forward (all ranks).
 double moe_forward_flops(const MoeConfig& c);
 // The backward's: dX + dGateUp, dA' + dDown, plus the recomputed h1 unless the forward saved it.
 double moe_backward_flops(const MoeConfig& c);
