@@ -70,7 +70,7 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--reps", o->reps, "Timed repetitions (median)")->check(CLI::Range(3, 1000));
   cmd->add_option("--json", o->json, "Write results as JSON here");
   cmd->add_option("--trace-svg", o->trace_svg,
-                  "Record a trace of one fused run and write it as SVG (--transport nccl: every rank writes its own, "
+                  "Record a trace of one fused run and write it as SVG, and print both it and one run of the unfused launches by task label (--transport nccl: every rank writes its own, "
                   "PATH with .rank<r> before .svg when WORLD_SIZE > 1)");
   cmd->add_flag("--backward", o->backward, "Benchmark the backward pass (world <= 8) instead of the forward");
   cmd->add_flag("--save-activations", o->save_activations,
@@ -122,7 +122,7 @@ void add_bench_moe(CLI::App& bench) {
     cfg.top_k = o->top_k;
     cfg.trace = !o->trace_svg.empty();
     if (cfg.trace && !nccl)  // the runners record a trace on every fused run: the timed ones too (nccl: said there)
-      std::fprintf(stderr, "[bench moe] --trace-svg: every fused run records its trace, so the times include tracing\n");
+      std::fprintf(stderr, "[bench moe] --trace-svg: every run records its trace, so the times include tracing\n");
     cfg.backward = o->backward;
     if (o->save_activations && !o->backward)
       throw Error(Status(StatusCode::kInvalidArgument, "bench moe: --save-activations needs --backward"));

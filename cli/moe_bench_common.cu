@@ -270,7 +270,17 @@ Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const
   KOSMOS_CUDA_CHECK(cudaGetDevice(&dev));
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   std::printf("%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
-  return runtime::write_trace_files(tr, title, "", svg_path);
+  KOSMOS_RETURN_IF_ERROR(runtime::write_trace_files(tr, title, "", svg_path));
+  // The unfused composition once more, each launch's tasks by label: the same tiles in their own
+  // launch, to set against the fused run's lines above.
+  KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(false, s) : L.run_composition(false, s));
+  KOSMOS_RETURN_IF_ERROR(L.finish(s));
+  const std::vector<std::string>& phases = L.phase_names(backward);
+  for (size_t i = 0; i < phases.size(); ++i) {
+    KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
+    std::printf("  unfused launch %zu (%s):\n%s", i + 1, phases[i].c_str(), trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
+  }
+  return Status::ok();
 }
 
 void put_moe_shape(nlohmann::json& j, const std::string& model, const std::string& routing, const MoeConfig& c) {

@@ -92,7 +92,8 @@ void poison_on(cudaStream_t s, void* p, size_t bytes);
 std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols);
 
 // One more fused run of `layer` (cfg.trace must have been set at planning) on stream s: prints where
-// its time went by task label (trace_breakdown) and writes the timeline as SVG to svg_path.
+// its time went by task label (trace_breakdown) and writes the timeline as SVG to svg_path; then one
+// run of the unfused composition, printed the same way per launch.
 Status trace_moe_run(MoeLayer& layer, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s);
 
 // The layer's shape and routing, as every JSON of both MoE benchmarks names them.

@@ -148,6 +148,10 @@ class MoeLayer {
   // over all phases is run_composition(false) (run_backward_composition(false) with backward).
   const std::vector<std::string>& phase_names(bool backward = false) const;
   Status run_phase(size_t i, bool backward = false, cudaStream_t stream = nullptr);
+  // With cfg.trace, the trace of unfused phase i's last run, and a label per task of that phase's
+  // plan (as task_labels for the fused plan): the same tiles timed in their own launch.
+  Status read_phase_trace(size_t i, std::vector<runtime::TraceRecord>* out, bool backward = false) const;
+  const std::vector<std::string>& phase_task_labels(size_t i, bool backward = false) const;
   std::string describe() const;
   const MoeConfig& config() const;
 

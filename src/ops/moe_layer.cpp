@@ -187,6 +187,7 @@ struct MoeLayer::Impl {
   size_t backward_tasks_fused = 0, backward_tasks_unfused = 0;
   std::vector<std::string> labels, backward_labels;  // per fused task: kind, or "gemm <problem>"
   std::vector<std::string> phase_names, backward_phase_names;  // per unfused launch
+  std::vector<std::vector<std::string>> phase_labels, backward_phase_labels;  // per unfused launch, per task
   std::string summary;
   bool forward_ran = false;  // save_activations: a forward has left its activations for run_backward
   const DistributedContext* dist_or_null() const { return distributed ? &dist : nullptr; }
@@ -211,7 +212,8 @@ Status launch(const DistributedContext* dist, ops::OpRunner& runner, cudaStream_
 Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, const DistributedContext* dist,
                     const ops::RankBuffers& mem, std::unique_ptr<ops::OpRunner>* fused,
                     std::vector<std::unique_ptr<ops::OpRunner>>* unfused, size_t* tasks_fused, size_t* tasks_unfused,
-                    std::vector<std::string>* labels, std::vector<std::string>* phase_names) {
+                    std::vector<std::string>* labels, std::vector<std::string>* phase_names,
+                    std::vector<std::vector<std::string>>* phase_labels) {
   const uint32_t W = uint32_t(cfg.world), nb = uint32_t(MoeBuffer::kCount);
   labels->clear();  // per task of the fused plan (its task ids are the indices of dp.tasks)
   for (const TaskRec& t : dp.tasks) {
@@ -261,9 +263,13 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
   KOSMOS_RETURN_IF_ERROR(make_runner(pf, true, fused));
   *tasks_unfused = 0;
   phase_names->clear();  // the phases that have tasks: one launch each
+  phase_labels->clear();
   for (int ph = 0; ph < int(dp.phase_names.size()); ++ph) {
     if (std::none_of(dp.tasks.begin(), dp.tasks.end(), [&](const TaskRec& t) { return t.phase == ph; })) continue;
     phase_names->push_back(dp.phase_names[size_t(ph)]);
+    phase_labels->emplace_back();  // the phase plan's tasks are the fused plan's of that phase, in order
+    for (size_t i = 0; i < dp.tasks.size(); ++i)
+      if (dp.tasks[i].phase == ph) phase_labels->back().push_back((*labels)[i]);
     plan::Plan pp;
     KOSMOS_RETURN_IF_ERROR(build(ph, &pp));
     *tasks_unfused += pp.tasks.size();
@@ -471,14 +477,14 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   fwd.phase_names = {"route", "offsets", "dispatch", "GEMM1 gate_up+SwiGLU", "GEMM2 down", "combine"};
   static_assert(kNumPhases == 6, "one name per phase");
   KOSMOS_RETURN_IF_ERROR(make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused,
-                                      &impl->tasks_unfused, &impl->labels, &impl->phase_names));
+                                      &impl->tasks_unfused, &impl->labels, &impl->phase_names, &impl->phase_labels));
   std::string backward_summary;
   if (cfg.backward) {
     ops::moe::DirectionPlan bwd;
     KOSMOS_RETURN_IF_ERROR(ops::moe::plan_backward(cfg, impl->mem, ctas, &bwd));
     KOSMOS_RETURN_IF_ERROR(make_runners(bwd, cfg, dist, impl->mem, &impl->backward_fused, &impl->backward_unfused,
                                         &impl->backward_tasks_fused, &impl->backward_tasks_unfused, &impl->backward_labels,
-                                        &impl->backward_phase_names));
+                                        &impl->backward_phase_names, &impl->backward_phase_labels));
     backward_summary = "; " + bwd.summary;
   }
   size_t kinds[32] = {};
@@ -551,6 +557,19 @@ Status MoeLayer::finish(cudaStream_t stream) {
 Status MoeLayer::read_trace(std::vector<runtime::TraceRecord>* out, bool backward) const {
   KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::read_trace: the layer was planned without cfg.backward");
   return (backward ? impl_->backward_fused : impl_->fused)->read_trace(out);
+}
+
+Status MoeLayer::read_phase_trace(size_t i, std::vector<runtime::TraceRecord>* out, bool backward) const {
+  KOSMOS_CHECK(!backward || impl_->backward_fused, "MoeLayer::read_phase_trace: the layer was planned without cfg.backward");
+  const auto& runners = backward ? impl_->backward_unfused : impl_->unfused;
+  KOSMOS_CHECK(i < runners.size(), "MoeLayer::read_phase_trace: phase ", i, " out of range (", runners.size(), " phases)");
+  return runners[i]->read_trace(out);
+}
+
+const std::vector<std::string>& MoeLayer::phase_task_labels(size_t i, bool backward) const {
+  const auto& all = backward ? impl_->backward_phase_labels : impl_->phase_labels;
+  static const std::vector<std::string> kNone;
+  return i < all.size() ? all[i] : kNone;
 }
 
 const std::vector<std::string>& MoeLayer::task_labels(bool backward) const {

@@ -3,6 +3,8 @@
 // T from 1; bad configurations named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "../moe_check.h"
 
 using namespace kosmos;
@@ -124,6 +126,46 @@ TEST(MoeCpu, PhaseByPhaseIsTheUnfusedComposition) {
   const Status s = L->run_phase(names.size());
   EXPECT_NE(s.message().find("phase 6 out of range (6 phases)"), std::string::npos) << s.message();
   EXPECT_NE(L->run_phase(0, true).message().find("without MoeConfig::backward"), std::string::npos);
+}
+
+TEST(MoeCpu, PhaseTracesCoverEachLaunchsTasks) {
+  // With cfg.trace, each unfused launch's trace has one finished record per task of that launch,
+  // and phase_task_labels names them as the fused plan's labels do (bench moe --trace-svg prints
+  // both, to set the same tiles in the fused launch against their own launch).
+  MoeConfig c = moe_config(2, 40, 64, 32, 8, 4, true);
+  c.trace = true;
+  std::unique_ptr<MoeLayer> L;
+  ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+  MoeHost h{c};
+  fill_moe(*L, h, 4712, Routing::kUniform);
+  ASSERT_TRUE(L->run_composition(false).is_ok());
+  const std::vector<std::string>& names = L->phase_names();
+  size_t total = 0;
+  std::vector<std::string> seen;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::vector<runtime::TraceRecord> tr;
+    ASSERT_TRUE(L->read_phase_trace(i, &tr).is_ok()) << names[i];
+    const std::vector<std::string>& labels = L->phase_task_labels(i);
+    ASSERT_EQ(tr.size(), labels.size()) << names[i];
+    std::vector<int> hits(labels.size(), 0);
+    for (const auto& r : tr) {
+      ASSERT_LT(r.task_id, labels.size()) << names[i];
+      EXPECT_GE(r.end_ns, r.start_ns) << names[i];
+      ++hits[r.task_id];
+    }
+    for (size_t t = 0; t < hits.size(); ++t) EXPECT_EQ(hits[t], 1) << names[i] << " task " << t;
+    total += labels.size();
+    seen.insert(seen.end(), labels.begin(), labels.end());
+  }
+  EXPECT_EQ(total, L->num_tasks(false));
+  // the same multiset of labels as the fused plan's tasks
+  std::vector<std::string> fused = L->task_labels();
+  std::sort(fused.begin(), fused.end());
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, fused);
+  std::vector<runtime::TraceRecord> tr;
+  EXPECT_NE(L->read_phase_trace(names.size(), &tr).message().find("out of range"), std::string::npos);
+  EXPECT_TRUE(L->phase_task_labels(names.size()).empty());
 }
 
 TEST(MoeCpu, InterleaveHelperMatchesTheEngineLayout) {
