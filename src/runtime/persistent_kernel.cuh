@@ -46,10 +46,17 @@ enum ClaimAhead : uint32_t {
   kClaimAheadAlways = 2,  // every task claims its successor as it starts (the worst case; tests)
 };
 
+// Signals of the claimed task the CTA keeps in shared memory (more are read from global memory).
+inline constexpr uint32_t kCachedSignals = 8;
+
 // The CTA's claimed-ahead task (shared memory; written and read by thread 0 only).
 struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
   uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
+  // `slot`'s signal list, read at claim time under the body's tail: the loop top then needs no
+  // dependent global loads for it (two L2 round trips between two tasks that signal).
+  uint32_t num_signals, first_signal;
+  plan::Signal signals[kCachedSignals];
 };
 
 // Takes the next ticket and turns it into a slot (kNoSlot past the end). A complete run takes
@@ -138,6 +145,13 @@ struct TaskContext {
         const plan::Wait wt = p->waits[next.first_wait + w];
         if (!wt.deferred()) ready = counter_reached(next, wt.counter, wt.value());
       }
+    }
+    if (slot != kNoSlot) {
+      const plan::Task& next = p->tasks[slot];
+      const uint32_t num_signals = next.num_signals, first_signal = next.first_signal;
+      ahead->num_signals = num_signals;
+      ahead->first_signal = first_signal;
+      for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) ahead->signals[s] = p->signals[first_signal + s];
     }
     ahead->slot = slot;
     ahead->ready = ready;
@@ -243,7 +257,6 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   // global loads: reading the task and then its signal list from global memory after the body put
   // two L2 round trips on every dependency hop (the hop went from 1.31 to 1.7-2.3 us when the task
   // stopped being copied into registers).
-  constexpr uint32_t kCachedSignals = 8;
   __shared__ uint32_t s_num_signals, s_first_signal;
   __shared__ plan::Signal s_signals[kCachedSignals];
   __shared__ AheadClaim s_ahead;
@@ -271,13 +284,13 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         none.id = kNoSlot;
         ctx.record_timeout(none, kNoSlot, 0, 0, 0, ErrorKind::kHostAbort);
       }
-      const AheadClaim ahead = s_ahead;
+      const uint32_t ahead_slot = s_ahead.slot, ahead_ready = s_ahead.ready;  // not the whole struct
       s_ahead.slot = kNotClaimed;
       if (!ctx.aborted()) {
         // The first claim of every CTA is slot blockIdx.x, the rest come from the ticket offset by
         // the grid: the same claims as if CTA i had won ticket i, without an atomic round trip on
         // the critical path of a one-wave plan.
-        if (ahead.slot != kNotClaimed) slot = ahead.slot;
+        if (ahead_slot != kNotClaimed) slot = ahead_slot;
         else if (claims == 0) slot = blockIdx.x < p.num_tasks ? blockIdx.x : kNoSlot;
         else slot = claim_ticket(p, s_epoch);
       }
@@ -286,11 +299,19 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
       if (ok) {
         // A reference into global memory, not a copy: keeps 64 bytes of registers free.
         const plan::Task& task = p.tasks[slot];
-        const uint32_t num_signals = task.num_signals, first_signal = task.first_signal;
-        s_num_signals = num_signals;
-        s_first_signal = first_signal;
-        for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) s_signals[s] = p.signals[first_signal + s];
-        if (!(ahead.slot == slot && ahead.ready)) {
+        const bool was_ahead = ahead_slot == slot;
+        if (was_ahead) {  // read at claim time (claim_next), under the previous body's tail
+          const uint32_t num_signals = s_ahead.num_signals;
+          s_num_signals = num_signals;
+          s_first_signal = s_ahead.first_signal;
+          for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) s_signals[s] = s_ahead.signals[s];
+        } else {
+          const uint32_t num_signals = task.num_signals, first_signal = task.first_signal;
+          s_num_signals = num_signals;
+          s_first_signal = first_signal;
+          for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) s_signals[s] = p.signals[first_signal + s];
+        }
+        if (!(was_ahead && ahead_ready)) {
           for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
             const plan::Wait wt = p.waits[task.first_wait + w];
             if (!wt.deferred()) ok = ctx.wait_counter(task, wt.counter, wt.value());
