@@ -202,13 +202,20 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
       for (int64_t run = best_run; run >= 1; --run)
         if (span(run) == span(best_run) && (run == best_run || run == 1 || (m_t + run - 1) / run < (m_t + run - 2) / (run - 1)))
           lengths.push_back(uint32_t(run));
+      // Longer runs too, each priced by the estimate (its longer makespan against its fewer
+      // restarts): with many waves of short runs every task restarts the pipeline. 24,588 x 7,168
+      // x 2,048 (193 x 28 tiles): runs of 1 make a 41-tile makespan, any longer run 42, so the
+      // makespan alone took runs of 1 -- 41 restarts per CTA instead of 3 (standalone engine:
+      // groups of 1 697 TF/s, runs of 14 741).
+      for (const uint32_t run : distinct_run_lengths(int(m_t)))
+        if (run > best_run) lengths.push_back(run);
     }
     for (const uint32_t run : lengths) {
       const int runs = (dim + int(run) - 1) / int(run);
       for (int g = 1;; g = std::min(2 * g, runs)) {
         const RasterChoice c = evaluate_order(p, along_n, run, g);
-        const bool shorter = p.slots_per_group == 0 && run != lengths.front();
-        if (!shorter) longest_run_bytes = std::min(longest_run_bytes, c.est_hbm_bytes);
+        const bool shorter = p.slots_per_group == 0 && run < lengths.front();
+        if (run == lengths.front()) longest_run_bytes = std::min(longest_run_bytes, c.est_hbm_bytes);
         all.push_back(c);
         shorter_run.push_back(shorter);
         if (g == runs) break;

@@ -6,8 +6,9 @@
 // the L2 -- so every tile re-read its B block from HBM and the GEMM ran at half speed; runs along
 // N with the 8 m blocks claimed together share each B block among 8 CTAs.
 //
-// plan_gemm_runs tries both run directions and a range of group sizes (grouped problems: also every
-// run length up to 16), estimates each order's time as max(compute makespan, HBM bytes / bandwidth)
+// plan_gemm_runs tries both run directions, run lengths up to 16 (dense: the makespan-optimal one,
+// shorter ones of the same makespan that save a fifth of the bytes, and longer ones) and a range of
+// group sizes, estimates each order's time as max(compute makespan, HBM bytes / bandwidth)
 // + per-task restart cost, with the HBM bytes from a lockstep simulation of `ctas` CTAs
 // (estimate_hbm_bytes), and keeps the cheapest.
 //

@@ -46,17 +46,36 @@ enum ClaimAhead : uint32_t {
   kClaimAheadAlways = 2,  // every task claims its successor as it starts (the worst case; tests)
 };
 
-// Signals of the claimed task the CTA keeps in shared memory (more are read from global memory).
+// Signals of a task the CTA keeps in shared memory (more are read from global memory).
 inline constexpr uint32_t kCachedSignals = 8;
+
+// A task's signal list as the CTA keeps it (shared memory): read once, at claim time, so that the
+// release after the body needs no dependent global loads (the task, then its signals: two L2 round
+// trips on every dependency hop).
+struct SignalList {
+  uint32_t num, first;
+  plan::Signal cached[kCachedSignals];  // the first kCachedSignals of signals[first, first + num)
+
+  __device__ __forceinline__ void load(const KernelParamsHeader& p, const plan::Task& t) {
+    num = t.num_signals;
+    first = t.first_signal;
+    for (uint32_t s = 0; s < num && s < kCachedSignals; ++s) cached[s] = p.signals[first + s];
+  }
+  __device__ __forceinline__ void copy(const SignalList& o) {
+    num = o.num;
+    first = o.first;
+    for (uint32_t s = 0; s < num && s < kCachedSignals; ++s) cached[s] = o.cached[s];
+  }
+  __device__ __forceinline__ plan::Signal at(const KernelParamsHeader& p, uint32_t s) const {
+    return s < kCachedSignals ? cached[s] : p.signals[first + s];
+  }
+};
 
 // The CTA's claimed-ahead task (shared memory; written and read by thread 0 only).
 struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
   uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
-  // `slot`'s signal list, read at claim time under the body's tail: the loop top then needs no
-  // dependent global loads for it (two L2 round trips between two tasks that signal).
-  uint32_t num_signals, first_signal;
-  plan::Signal signals[kCachedSignals];
+  SignalList signals;  // `slot`'s, read at claim time under the body's tail
 };
 
 // Takes the next ticket and turns it into a slot (kNoSlot past the end). A complete run takes
@@ -148,13 +167,24 @@ struct TaskContext {
     }
     if (slot != kNoSlot) {
       const plan::Task& next = p->tasks[slot];
-      const uint32_t num_signals = next.num_signals, first_signal = next.first_signal;
-      ahead->num_signals = num_signals;
-      ahead->first_signal = first_signal;
-      for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) ahead->signals[s] = p->signals[first_signal + s];
+      ahead->signals.load(*p, next);
     }
     ahead->slot = slot;
     ahead->ready = ready;
+  }
+
+  // Release a finished task's outputs: one fence, then a release-add on every counter it signals
+  // (.sys when the plan spans GPUs). The caller has synchronised with every thread that wrote them
+  // (a CTA barrier after the body).
+  __device__ __forceinline__ void publish(const SignalList& list) const {
+    const uint32_t num = list.num;
+    if (num == 0) return;
+    if (p->sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
+    for (uint32_t s = 0; s < num; ++s) {
+      const plan::Signal sg = list.at(*p, s);
+      uint64_t* c = counter_ptr(sg.rank, sg.counter);
+      if (p->sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
+    }
   }
 
   // Called by ONE thread. Spins until counter (of task t's rank) >= epoch*total + target.
@@ -252,13 +282,12 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   __shared__ uint32_t s_claims;
   __shared__ uint64_t s_epoch;
   __shared__ uint64_t s_start_ns;
-  // The claimed task's signals, read at claim time (before it waits for its inputs, so off the
+  // The running task's signals, read at claim time (before it waits for its inputs, so off the
   // critical path of a dependency chain) so that after the body the release needs no dependent
   // global loads: reading the task and then its signal list from global memory after the body put
   // two L2 round trips on every dependency hop (the hop went from 1.31 to 1.7-2.3 us when the task
   // stopped being copied into registers).
-  __shared__ uint32_t s_num_signals, s_first_signal;
-  __shared__ plan::Signal s_signals[kCachedSignals];
+  __shared__ SignalList s_current;
   __shared__ AheadClaim s_ahead;
   const int thread_idx = threadIdx.x;
 #ifdef KOSMOS_GEMM_PROBE  // diagnostic build (gemm_probe): kernel entry/exit times per CTA
@@ -286,12 +315,13 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
       }
       const uint32_t ahead_slot = s_ahead.slot, ahead_ready = s_ahead.ready;  // not the whole struct
       s_ahead.slot = kNotClaimed;
-      if (!ctx.aborted()) {
+      if (ahead_slot != kNotClaimed) {
+        slot = ahead_slot;  // claim_next checked the abort flag before it claimed (one L2 load less here)
+      } else if (!ctx.aborted()) {
         // The first claim of every CTA is slot blockIdx.x, the rest come from the ticket offset by
         // the grid: the same claims as if CTA i had won ticket i, without an atomic round trip on
         // the critical path of a one-wave plan.
-        if (ahead_slot != kNotClaimed) slot = ahead_slot;
-        else if (claims == 0) slot = blockIdx.x < p.num_tasks ? blockIdx.x : kNoSlot;
+        if (claims == 0) slot = blockIdx.x < p.num_tasks ? blockIdx.x : kNoSlot;
         else slot = claim_ticket(p, s_epoch);
       }
       s_slot = slot;
@@ -300,17 +330,8 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         // A reference into global memory, not a copy: keeps 64 bytes of registers free.
         const plan::Task& task = p.tasks[slot];
         const bool was_ahead = ahead_slot == slot;
-        if (was_ahead) {  // read at claim time (claim_next), under the previous body's tail
-          const uint32_t num_signals = s_ahead.num_signals;
-          s_num_signals = num_signals;
-          s_first_signal = s_ahead.first_signal;
-          for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) s_signals[s] = s_ahead.signals[s];
-        } else {
-          const uint32_t num_signals = task.num_signals, first_signal = task.first_signal;
-          s_num_signals = num_signals;
-          s_first_signal = first_signal;
-          for (uint32_t s = 0; s < num_signals && s < kCachedSignals; ++s) s_signals[s] = p.signals[first_signal + s];
-        }
+        if (was_ahead) s_current.copy(s_ahead.signals);  // read at claim time, under the previous body's tail
+        else s_current.load(p, task);
         if (!(was_ahead && ahead_ready)) {
           for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
             const plan::Wait wt = p.waits[task.first_wait + w];
@@ -377,15 +398,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         TraceRecord r{task.id, uint16_t(task.kind), task.rank, ctx.sm_idx, blockIdx.x, s_start_ns, globaltimer_ns()};
         p.trace[slot] = r;
       }
-      const uint32_t num_signals = s_num_signals;
-      if (num_signals) {
-        if (p.sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
-        for (uint32_t s = 0; s < num_signals; ++s) {
-          const plan::Signal sg = s < kCachedSignals ? s_signals[s] : p.signals[s_first_signal + s];
-          uint64_t* c = ctx.counter_ptr(sg.rank, sg.counter);
-          if (p.sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
-        }
-      }
+      ctx.publish(s_current);
     }
   }
 

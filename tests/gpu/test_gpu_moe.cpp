@@ -2,6 +2,8 @@
 // unfused composition bit for bit (uniform and skewed routing, poisoned outputs and workspaces,
 // padding rows included), and replayed from a CUDA graph.
 #include <cuda_runtime_api.h>
+#include <cstdlib>
+#include <string>
 #include <gtest/gtest.h>
 
 #include "../graph_replay.h"
@@ -168,4 +170,38 @@ TEST(GpuMoeBackwardSaved, SameOutputsAsRecomputeBitForBit) {
   EXPECT_EQ(check_saved_activations(1, 77, 264, 136, 8, 4, Routing::kSkewed, false, 62, st), "");
   EXPECT_EQ(check_saved_activations(1, 256, 2048, 1024, 32, 8, Routing::kSkewed, false, 63, st), "");
   cudaStreamDestroy(st);
+}
+
+namespace {
+// Sets an environment variable for the scope (the GPU executor reads KOSMOS_* at creation).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+}  // namespace
+
+// Each claim-ahead mode of the op kernel (0: claim after the task; 1: GEMM tiles claim after
+// their last load, the default; 2: every task claims its successor before its own body runs, so
+// a GEMM tile's producer may wait for rows that a task of the same CTA has yet to release): the
+// same outputs, fused and unfused, forward and backward.
+TEST(GpuMoeClaimAhead, EveryModeSameOutputs) {
+  SKIP_WITHOUT_GPU();
+  for (const char* claim : {"0", "1", "2"}) {
+    ScopedEnv c("KOSMOS_CLAIM_AHEAD", claim);
+    SCOPED_TRACE(std::string("KOSMOS_CLAIM_AHEAD=") + claim);
+    run_moe(8, 200, 512, 256, 32, 8, Routing::kSkewed);
+    run_moe_backward(1, 200, 512, 256, 32, 8, Routing::kSkewedWithDrops);
+  }
 }
