@@ -36,6 +36,7 @@
 #include "ops/gemm_raster.h"
 #include "ops/op_runner.h"
 #include "bench_util.cuh"
+#include "bench_timing.h"
 #include "gemm_engine_test_kernel.cuh"
 #include "kernels/gemm/bf16.h"
 #include "kernels/gemm/gemm_host.h"
@@ -83,36 +84,23 @@ int run_for(const Options& o, const GemmParams& p, int sms) {
   return o.run > 0 ? o.run : int(kosmos::ops::choose_run_length(p.num_m_tiles, p.num_n_tiles, sms));
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Several launchers timed alternately (repetition i starts with launcher i % n), median of each:
-// timed one after the other, the later ones ran on a hotter card (cli/bench_timing.h).
+// Several launchers timed alternately with the CLI's timer (repetition i starts with launcher i % n,
+// each between its own events; cli/bench_timing.h says why), median of each; launcher j gets the
+// operand set rep % sets.
 std::vector<float> time_medians(int reps, int sets, const std::vector<std::function<void(int)>>& launch) {
-  const size_t n = launch.size();
-  for (int i = 0; i < 3; ++i)
-    for (auto& f : launch) f(i % sets);
-  CK(cudaDeviceSynchronize());
-  std::vector<cudaEvent_t> ev(2 * reps * n);
-  for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int i = 0; i < reps; ++i)
-    for (size_t jj = 0; jj < n; ++jj) {
-      const size_t j = (size_t(i) + jj) % n, e = 2 * (size_t(i) * n + j);
-      CK(cudaEventRecord(ev[e]));
-      launch[j](i % sets);
-      CK(cudaEventRecord(ev[e + 1]));
-    }
-  CK(cudaDeviceSynchronize());
-  std::vector<float> out(n);
-  for (size_t j = 0; j < n; ++j) {
-    std::vector<float> ms(reps);
-    for (int i = 0; i < reps; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * (size_t(i) * n + j)], ev[2 * (size_t(i) * n + j) + 1]));
-    out[j] = median(ms);
+  std::vector<std::function<kosmos::Status(int)>> fns;
+  for (const auto& f : launch)
+    fns.push_back([&f, sets](int rep) {
+      f(rep % sets);
+      return kosmos::Status::ok();
+    });
+  std::vector<double> med;
+  const kosmos::Status st = kosmos::cli::time_median_interleaved_ms(nullptr, reps, fns, &med);
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "%s\n", st.to_string().c_str());
+    std::exit(1);
   }
-  for (auto& e : ev) CK(cudaEventDestroy(e));
-  return out;
+  return std::vector<float>(med.begin(), med.end());
 }
 
 double rel_diff(const Buf& x, const Buf& y, size_t n) {
@@ -328,6 +316,18 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
   }
 }
 
+// `sets` operand sets of bf16 elements (A and B random, seeded set by set; C uninitialised).
+void make_operand_sets(int sets, size_t a_el, size_t b_el, size_t c_el, uint64_t seed, std::vector<Buf*>& A,
+                       std::vector<Buf*>& B, std::vector<Buf*>& C) {
+  for (int s = 0; s < sets; ++s) {
+    A.push_back(new Buf(a_el * 2));
+    B.push_back(new Buf(b_el * 2));
+    C.push_back(new Buf(c_el * 2));
+    fill_random_bf16<<<1024, 256>>>(A[s]->h(), a_el, seed * s + 1);
+    fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, seed * s + 2);
+  }
+}
+
 // One problem description per operand set (A [M, K], B [N, K] or [K, N], C [M, N]), for both the
 // standalone engine and kosmos::Gemm.
 std::vector<kosmos::GemmArguments> set_arguments(const std::vector<Buf*>& A, const std::vector<Buf*>& B,
@@ -350,30 +350,31 @@ std::vector<kosmos::GemmArguments> set_arguments(const std::vector<Buf*>& A, con
   return args;
 }
 
-Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_t N, int64_t K) {
-  const size_t a_el = M * K, b_el = N * K, c_el = M * N;
-  const int sets = num_sets_for((a_el + b_el + c_el) * 2);
-  std::vector<Buf*> A, B, C;
-  for (int s = 0; s < sets; ++s) {
-    A.push_back(new Buf(a_el * 2));
-    B.push_back(new Buf(b_el * 2));
-    C.push_back(new Buf(c_el * 2));
-    fill_random_bf16<<<1024, 256>>>(A[s]->h(), a_el, 17 * s + 1);
-    fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, 17 * s + 2);
-  }
-  Buf Cref(c_el * 2);
-  const std::vector<kosmos::GemmArguments> args = set_arguments(A, B, C, M, N, K, !o.nn);
-  std::vector<GemmParams> P(sets);
-  for (int s = 0; s < sets; ++s) {
+// The standalone engine's parameters for each operand set (tile shape from --shape), or exit with
+// the validation's message.
+std::vector<GemmParams> set_params(const std::vector<kosmos::GemmArguments>& args, int sms, const std::string& shape) {
+  std::vector<GemmParams> P(args.size());
+  for (size_t s = 0; s < args.size(); ++s) {
     GemmDesc d = kosmos::ops::to_gemm_desc(args[s]);
     d.num_sms = sms;
-    d.tile_shape = parse_shape(o.shape);
+    d.tile_shape = parse_shape(shape);
     const auto st = make_gemm_params(d, &P[s]);
     if (!st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.to_string().c_str());
       std::exit(1);
     }
   }
+  return P;
+}
+
+Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_t N, int64_t K) {
+  const size_t a_el = M * K, b_el = N * K, c_el = M * N;
+  const int sets = num_sets_for((a_el + b_el + c_el) * 2);
+  std::vector<Buf*> A, B, C;
+  make_operand_sets(sets, a_el, b_el, c_el, 17, A, B, C);
+  Buf Cref(c_el * 2);
+  const std::vector<kosmos::GemmArguments> args = set_arguments(A, B, C, M, N, K, !o.nn);
+  const std::vector<GemmParams> P = set_params(args, sms, o.shape);
   const int run = run_for(o, P[0], sms);
   CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
   CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, run, o.raster));
@@ -469,13 +470,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   const size_t a_el = size_t(total) * K, b_el = size_t(G) * N * K, c_el = size_t(total) * N;
   const int sets = num_sets_for((a_el + b_el + c_el) * 2);
   std::vector<Buf*> A, B, C;
-  for (int s = 0; s < sets; ++s) {
-    A.push_back(new Buf(a_el * 2));
-    B.push_back(new Buf(b_el * 2));
-    C.push_back(new Buf(c_el * 2));
-    fill_random_bf16<<<1024, 256>>>(A[s]->h(), a_el, 31 * s + 1);
-    fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, 31 * s + 2);
-  }
+  make_operand_sets(sets, a_el, b_el, c_el, 31, A, B, C);
   Buf dgm(G * 4), dgo(G * 4), Cref(c_el * 2);
   CK(cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dgo.p, goff.data(), G * 4, cudaMemcpyHostToDevice));
@@ -486,17 +481,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     ga.group_m = static_cast<const int*>(dgm.p);
     ga.group_offset = static_cast<const int*>(dgo.p);
   }
-  std::vector<GemmParams> P(sets);
-  for (int s = 0; s < sets; ++s) {
-    GemmDesc d = kosmos::ops::to_gemm_desc(args[s]);
-    d.num_sms = sms;
-    d.tile_shape = parse_shape(o.shape);
-    const auto st = make_gemm_params(d, &P[s]);
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "%s\n", st.to_string().c_str());
-      std::exit(1);
-    }
-  }
+  const std::vector<GemmParams> P = set_params(args, sms, o.shape);
   // cuBLAS grouped: one group per non-empty expert (row-major trick: C^T = B_g^T' * A^T).
   std::vector<cublasOperation_t> ta, tb;
   std::vector<int> mm, nn, kk, lda, ldb, ldc, gsize;
@@ -606,11 +591,23 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "gemm_engine_bench: the GEMM engine (standalone kernel and kosmos::Gemm) against cuBLAS on the same\n"
+    "inputs, dense shapes and grouped expert GEMMs (also against cublasGemmGroupedBatchedEx and one dense\n"
+    "cuBLAS GEMM of the same rows). Needs a GPU (except --dump-groups PATH --dump-only).\n"
+    "  gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64]\n"
+    "                    [--layout nt|nn] [--dense-only|--grouped-only] [--shapes MxNxK[,MxNxK...]]\n"
+    "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R]\n";
+
 int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
     if (a == "--json") o.json = next();
     else if (a == "--reps") o.reps = std::atoi(next().c_str());
     else if (a == "--run") {
@@ -634,7 +631,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      std::fprintf(stderr, "unknown argument %s\n%s", a.c_str(), kUsage);
       return 2;
     }
   }
