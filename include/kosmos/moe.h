@@ -72,7 +72,7 @@ struct MoeConfig {
   bool trace = false;
   int max_ctas = 0;
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
-  int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count
+  int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count (a multiple of 12 warps)
   int dispatch_slices = 0;            // 0: chosen; else split each expert's rows over this many tasks (<= 255)
   // Forward claim order: a GEMM2 step is queued this many GEMM1 steps after the last GEMM1 step it
   // reads (0: chosen: about two waves of GEMM1 tasks in the decode regime, otherwise every step, i.e.

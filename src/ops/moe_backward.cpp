@@ -238,8 +238,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
         t.waits.push_back({c_ew_all, plan::kWaitAll});
       }
   }
-  const uint32_t cpt = std::max(1u, 4u * uint32_t(ctas) / W);
-  const uint32_t tpt = cfg.combine_tokens_per_task > 0 ? uint32_t(cfg.combine_tokens_per_task) : std::max<uint32_t>(1, (T + cpt - 1) / cpt);
+  const uint32_t tpt = combine_tokens_per_task(cfg, ctas);
   for (uint32_t t0 = 0; t0 < T; t0 += tpt)
     for (uint32_t s = 0; s < W; ++s) {
       const auto a = moe_args(0, t0, std::min(T, t0 + tpt));

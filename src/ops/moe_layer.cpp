@@ -456,9 +456,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     if (s < num_steps1) emit(steps1, s, p1.num_n_tiles, gemm1);
     while (s >= lag && next2 < num_steps2 && needs(next2) <= s - lag) emit(steps2, next2++, p2.num_n_tiles, gemm2, n2);
   }
-  const uint32_t tpt = cfg.combine_tokens_per_task > 0
-                           ? uint32_t(cfg.combine_tokens_per_task)
-                           : std::max<uint32_t>(1, (T + std::max(1u, 4u * uint32_t(ctas) / W) - 1) / std::max(1u, 4u * uint32_t(ctas) / W));
+  const uint32_t tpt = ops::moe::combine_tokens_per_task(cfg, ctas);
   for (uint32_t t0 = 0; t0 < T; t0 += tpt)
     for (uint32_t s = 0; s < W; ++s) {
       const auto a = moe_args(0, t0, std::min(T, t0 + tpt));

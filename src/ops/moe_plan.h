@@ -14,6 +14,7 @@
 #include "kosmos/moe.h"
 #include "kosmos/plan.h"
 #include "ops/gemm_raster.h"
+#include "ops/op_kernel.h"
 #include "ops/op_runner.h"
 #include "ops/rank_buffers.h"
 
@@ -213,6 +214,18 @@ inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expect
   r.group = uint32_t(std::max(1, choice.group));
   r.describe = choice.describe();
   return r;
+}
+
+// Tokens per combine task (the override when set): about four tasks per CTA, rounded up to a
+// multiple of the op kernel's 12 warps -- the combine body gives each warp one token at a time, so
+// the 8 tokens chosen before (T = 4096, 132 CTAs) left 4 of 12 warps idle in every task, and 512
+// tasks of one token-time each made ~4 waves where 342 tasks of 12 make ~3 (sixteenth session).
+inline uint32_t combine_tokens_per_task(const MoeConfig& cfg, int ctas) {
+  if (cfg.combine_tokens_per_task > 0) return uint32_t(cfg.combine_tokens_per_task);
+  const uint32_t per_rank = std::max(1u, 4u * uint32_t(std::max(1, ctas)) / uint32_t(cfg.world));
+  const uint32_t tpt = std::max<uint32_t>(1, (uint32_t(cfg.tokens) + per_rank - 1) / per_rank);
+  const uint32_t warps = uint32_t(kOpKernelWarps);
+  return (tpt + warps - 1) / warps * warps;
 }
 
 // Steps (of `tasks_per_step` tasks each) that make about two waves of `ctas` CTAs: how far a

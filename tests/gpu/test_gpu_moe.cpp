@@ -15,10 +15,12 @@ using namespace kosmos;
 using namespace kosmos::test;
 
 namespace {
-// gemm2_n_run > 0: one-slot GEMM2 runs, each task walking that many n tiles along N.
+// gemm2_n_run > 0: one-slot GEMM2 runs, each task walking that many n tiles along N; combine_tpt > 0:
+// tokens per combine task.
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-             int gemm2_n_run = 0) {
+             int gemm2_n_run = 0, int combine_tpt = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
+  c.combine_tokens_per_task = combine_tpt;
   if (gemm2_n_run > 0) {
     c.gemm2_run = 1;
     c.gemm2_n_run = gemm2_n_run;
@@ -88,9 +90,11 @@ TEST(GpuMoeGraph, FusedForwardReplaysFromACudaGraph) {
 
 namespace {
 // Backward: every gradient against fp64 and the unfused composition (7 launches) bit for bit.
-void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0) {
+void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
+                      int combine_tpt = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.backward = true;
+  c.combine_tokens_per_task = combine_tpt;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -140,6 +144,33 @@ INSTANTIATE_TEST_SUITE_P(Worlds, GpuMoeBackward,
                          [](const auto& info) {
                            return "W" + std::to_string(std::get<0>(info.param)) + "_" + routing_name(std::get<1>(info.param));
                          });
+
+// Combine tasks of many tokens (one task of 600: each warp walks 50), k = 10, rows of 33 16-byte
+// vectors (lane 0 moves two, the others one), dropped slots; forward and backward.
+TEST(GpuMoeWideTasks, ManyTokensPerCombineTaskTopK10) {
+  SKIP_WITHOUT_GPU();
+  run_moe(2, 600, 264, 136, 16, 10, Routing::kSkewedWithDrops, 0, 0, 600);
+  run_moe_backward(2, 600, 264, 136, 16, 10, Routing::kSkewedWithDrops, 0, 600);
+}
+
+// The SwiGLU backward's row buffers: two per warp up to I = 1584, one up to I = 3168 (DeepSeek-V3's
+// 2048), none beyond (rows read from global memory).
+TEST(GpuMoeWideTasks, SwigluBackwardRowBuffers) {
+  SKIP_WITHOUT_GPU();
+  run_moe_backward(1, 64, 256, 2048, 4, 2, Routing::kSkewed);
+  run_moe_backward(1, 64, 256, 3200, 4, 2, Routing::kUniform);
+}
+
+// Dispatch's row buffers: x rows (forward) in two buffers per warp up to H = 4768, one up to 9544
+// (H = 6000), registers beyond (H = 10000); x + dy pairs (the backward that recomputes) in one
+// buffer up to H = 4768 (H = 3000), registers beyond (H = 5000).
+TEST(GpuMoeWideTasks, DispatchRowBuffers) {
+  SKIP_WITHOUT_GPU();
+  run_moe(1, 64, 6000, 64, 4, 2, Routing::kSkewed);
+  run_moe(1, 64, 10000, 64, 4, 2, Routing::kUniform);
+  run_moe_backward(1, 64, 3000, 64, 4, 2, Routing::kSkewed);
+  run_moe_backward(1, 64, 5000, 64, 4, 2, Routing::kUniform);
+}
 
 TEST(GpuMoeBackwardGraph, FusedBackwardReplaysFromACudaGraph) {
   SKIP_WITHOUT_GPU();

@@ -73,3 +73,30 @@ TEST(MoeSlotRaster, PlannerChoiceOutsideDecodeOverridesAndDecodeRuns) {
   EXPECT_EQ(w8.run, 4u) << w8.describe;
   EXPECT_EQ(w8.group, 1u);
 }
+
+// The combine's cut: whole multiples of the op kernel's 12 warps (one warp per token), about four
+// tasks per CTA; an override is taken as given.
+TEST(MoeCombineCut, TokensPerTaskFillEveryWarp) {
+  MoeConfig c;
+  c.world = 1;
+  c.tokens = 4096;
+  EXPECT_EQ(combine_tokens_per_task(c, 132), 12u);  // 4096 / 528 = 7.8 -> 12: 342 tasks, not 512 of 8
+  c.tokens = 16384;
+  EXPECT_EQ(combine_tokens_per_task(c, 132), 36u);  // 31.03 -> 32 -> 36
+  c.tokens = 1;
+  EXPECT_EQ(combine_tokens_per_task(c, 132), 12u);  // one task for the token
+  c.world = 8;
+  c.tokens = 4096;
+  EXPECT_EQ(combine_tokens_per_task(c, 132), 72u);  // 66 tasks per rank: 62.06 -> 63 -> 72
+  c.combine_tokens_per_task = 5;
+  EXPECT_EQ(combine_tokens_per_task(c, 132), 5u);
+  for (int ctas : {1, 7, 132})
+    for (int tokens : {1, 100, 4096}) {
+      c.combine_tokens_per_task = 0;
+      c.world = 2;
+      c.tokens = tokens;
+      const uint32_t tpt = combine_tokens_per_task(c, ctas);
+      EXPECT_EQ(tpt % uint32_t(ops::kOpKernelWarps), 0u) << ctas << " " << tokens;
+      EXPECT_GE(tpt, 1u);
+    }
+}
