@@ -101,9 +101,6 @@ inline constexpr uint32_t kMoeFlagBackward = 1u;   // MoeArgs::flags, see above
 inline constexpr uint32_t kMoeFlagPadRows = 2u;    // forward with saved activations: offsets pad as the backward's
 inline constexpr uint32_t kMoeFlagDyOnly = 4u;     // backward after such a forward: dispatch moves dy rows only
 inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per task
-// Dynamic shared memory the MoE bodies use at most (the kernel running them must give at least this):
-// route's histograms, swiglu_backward's per-warp row buffers.
-inline constexpr int kMoeSmemBytes = 224 * 1024;
 
 // Payload of every MoE kind (a, b, c: kind-specific, see above).
 //   route: -            offsets: -

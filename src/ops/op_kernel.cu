@@ -50,7 +50,6 @@ struct RuntimeGemmWaiter {
 struct OpBody {
   static constexpr int kThreads = kOpKernelThreads;
   static constexpr size_t kSmemBytes = kernels::gemm::kGemmSmemBytesMax;
-  static_assert(kSmemBytes >= size_t(kernels::kMoeSmemBytes), "the MoE bodies' shared memory (kernels/moe_tasks.h)");
   __device__ __forceinline__ static void run(const plan::Task& t, const runtime::TaskContext& ctx, char* smem) {
     if (t.kind == plan::TaskKind::kGemmTile) {
       // The tile reads with TMA (the async proxy) what peers wrote with ordinary stores; the

@@ -153,25 +153,6 @@ TEST(GpuMoeWideTasks, ManyTokensPerCombineTaskTopK10) {
   run_moe_backward(2, 600, 264, 136, 16, 10, Routing::kSkewedWithDrops, 0, 600);
 }
 
-// The SwiGLU backward's row buffers: two per warp up to I = 1584, one up to I = 3168 (DeepSeek-V3's
-// 2048), none beyond (rows read from global memory).
-TEST(GpuMoeWideTasks, SwigluBackwardRowBuffers) {
-  SKIP_WITHOUT_GPU();
-  run_moe_backward(1, 64, 256, 2048, 4, 2, Routing::kSkewed);
-  run_moe_backward(1, 64, 256, 3200, 4, 2, Routing::kUniform);
-}
-
-// Dispatch's row buffers: x rows (forward) in two buffers per warp up to H = 4768, one up to 9544
-// (H = 6000), registers beyond (H = 10000); x + dy pairs (the backward that recomputes) in one
-// buffer up to H = 4768 (H = 3000), registers beyond (H = 5000).
-TEST(GpuMoeWideTasks, DispatchRowBuffers) {
-  SKIP_WITHOUT_GPU();
-  run_moe(1, 64, 6000, 64, 4, 2, Routing::kSkewed);
-  run_moe(1, 64, 10000, 64, 4, 2, Routing::kUniform);
-  run_moe_backward(1, 64, 3000, 64, 4, 2, Routing::kSkewed);
-  run_moe_backward(1, 64, 5000, 64, 4, 2, Routing::kUniform);
-}
-
 TEST(GpuMoeBackwardGraph, FusedBackwardReplaysFromACudaGraph) {
   SKIP_WITHOUT_GPU();
   run_moe_backward(8, 128, 512, 256, 64, 8, Routing::kUniform, 20);
