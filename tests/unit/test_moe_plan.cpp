@@ -90,10 +90,10 @@ TEST(MoeCombineCut, TokensPerTaskFillEveryWarp) {
   EXPECT_EQ(combine_tokens_per_task(c, 132), 72u);  // 66 tasks per rank: 62.06 -> 63 -> 72
   c.combine_tokens_per_task = 5;
   EXPECT_EQ(combine_tokens_per_task(c, 132), 5u);
+  c.combine_tokens_per_task = 0;
+  c.world = 2;
   for (int ctas : {1, 7, 132})
     for (int tokens : {1, 100, 4096}) {
-      c.combine_tokens_per_task = 0;
-      c.world = 2;
       c.tokens = tokens;
       const uint32_t tpt = combine_tokens_per_task(c, ctas);
       EXPECT_EQ(tpt % uint32_t(ops::kOpKernelWarps), 0u) << ctas << " " << tokens;
