@@ -9,14 +9,15 @@
 #                                            build/gemm_engine_test (those newer than build/libkosmos.a)
 #                                            -> build/variants/NAME/*.xz, with its commit
 #   scripts/variants.sh list                 what is packed
-#   scripts/variants.sh tests NAME           on the device: the GPU suite in 4 shards, then the nccl tests
+#   scripts/variants.sh tests NAME           on the device: the GPU suite in 4 shards, then the GEMM engine
+#                                            and nccl tests (those packed)
 #   scripts/variants.sh ab NAME1 NAME2 ...   on the device: `bench moe` cases (CASES, default below),
 #                                            ROUNDS rounds (default 2), the first with --phase-times;
 #                                            one line per run: fused / unfused ms, phase times
 #
 # Device call (carry only the packed binaries):
-#   run(command="scripts/variants.sh tests bulk-route", carry=["build/variants"])
-#   run(command="ROUNDS=3 scripts/variants.sh ab main route-split bulk-copy-bodies bulk-route",
+#   run(command="scripts/variants.sh tests all-candidates", carry=["build/variants"])
+#   run(command="ROUNDS=2 scripts/variants.sh ab main bulk-route dw-pingpong all-candidates",
 #       carry=["build/variants"])
 # Logs: $OUT/variants-logs.tgz (every run's full output), the summary on stdout.
 set -u
@@ -24,10 +25,11 @@ V=build/variants
 cmd=${1:-}
 shift || true
 
-unpack() {  # NAME BIN -> path of the unpacked binary (once per call)
+unpack() {  # NAME BIN -> path of the unpacked binary (again when the packed one is newer: a warm
+            # machine keeps /tmp between calls, and NAME may have been packed again since)
   local name=$1 bin=$2 dst=/tmp/kosmos-variants/$1
   mkdir -p "$dst"
-  if [ ! -x "$dst/$bin" ]; then
+  if [ ! -x "$dst/$bin" ] || [ "$V/$name/$bin.xz" -nt "$dst/$bin" ]; then
     [ -f "$V/$name/$bin.xz" ] || { echo "variants: $V/$name/$bin.xz is missing (scripts/variants.sh list)" >&2; return 1; }
     if command -v xz > /dev/null; then
       xz -dc "$V/$name/$bin.xz" > "$dst/$bin"
