@@ -9,7 +9,7 @@ set -uo pipefail
 final="${OUT:-/tmp/kosmos-out}"
 out=$(mktemp -d /tmp/kosmos-batch.XXXXXX)
 mkdir -p "$final"
-bin=build
+bin=${KOSMOS_BIN:-build}  # the built tree's binaries (scripts/variants.sh points it at an unpacked build)
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(info gpu-tests runtime-bench trace demo)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$out/nvidia-smi.txt" 2>&1

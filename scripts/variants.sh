@@ -9,8 +9,8 @@
 #                                            build/gemm_engine_test (those newer than build/libkosmos.a)
 #                                            -> build/variants/NAME/*.xz, with its commit
 #   scripts/variants.sh list                 what is packed
-#   scripts/variants.sh tests NAME           on the device: the GPU suite in 4 shards, then the GEMM engine
-#                                            and nccl tests (those packed)
+#   scripts/variants.sh tests NAME           on the device: scripts/device_batch.sh's gpu-tests, gemm-tests
+#                                            and nccl-tests steps on NAME's binaries (those packed)
 #   scripts/variants.sh ab NAME1 NAME2 ...   on the device: `bench moe` cases (CASES, default below),
 #                                            ROUNDS rounds (default 2), the first with --phase-times;
 #                                            one line per run: fused / unfused ms, phase times
@@ -19,31 +19,32 @@
 #   run(command="scripts/variants.sh tests all-candidates", carry=["build/variants"])
 #   run(command="ROUNDS=2 scripts/variants.sh ab main bulk-route dw-pingpong all-candidates",
 #       carry=["build/variants"])
-# Logs: $OUT/variants-logs.tgz (every run's full output), the summary on stdout.
+# Logs: $OUT/results.tgz (tests, as device_batch.sh packs them) or $OUT/variants-logs.tgz (ab: every
+# run's full output); the summary on stdout.
 set -u
 V=build/variants
 cmd=${1:-}
 shift || true
 
-unpack() {  # NAME BIN -> path of the unpacked binary (again when the packed one is newer: a warm
-            # machine keeps /tmp between calls, and NAME may have been packed again since)
-  local name=$1 bin=$2 dst=/tmp/kosmos-variants/$1
-  mkdir -p "$dst"
-  if [ ! -x "$dst/$bin" ] || [ "$V/$name/$bin.xz" -nt "$dst/$bin" ]; then
+# NAME BIN -> path of the unpacked binary, at its place in a build tree under /tmp/kosmos-variants/NAME
+# (unpacked again when the packed one is newer: a warm machine keeps /tmp between calls, and NAME
+# may have been packed again since).
+unpack() {
+  local name=$1 bin=$2 rel=$2
+  [ "$bin" = kosmos_gpu_tests ] && rel=tests/$bin
+  local dst=/tmp/kosmos-variants/$name/$rel
+  mkdir -p "$(dirname "$dst")"
+  if [ ! -x "$dst" ] || [ "$V/$name/$bin.xz" -nt "$dst" ]; then
     [ -f "$V/$name/$bin.xz" ] || { echo "variants: $V/$name/$bin.xz is missing (scripts/variants.sh list)" >&2; return 1; }
     if command -v xz > /dev/null; then
-      xz -dc "$V/$name/$bin.xz" > "$dst/$bin"
+      xz -dc "$V/$name/$bin.xz" > "$dst"
     else
       python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-        "$V/$name/$bin.xz" "$dst/$bin"
+        "$V/$name/$bin.xz" "$dst"
     fi
-    chmod +x "$dst/$bin"
+    chmod +x "$dst"
   fi
-  echo "$dst/$bin"
-}
-
-logs_to_out() {
-  [ -n "${OUT:-}" ] && tar czf "$OUT/variants-logs.tgz" -C "$L" . 2> /dev/null
+  echo "$dst"
 }
 
 case "$cmd" in
@@ -68,32 +69,18 @@ case "$cmd" in
     ;;
   tests)
     name=${1:?"usage: scripts/variants.sh tests NAME"}
-    L=/tmp/variants-logs; mkdir -p $L; trap logs_to_out EXIT
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > $L/gpu.txt 2>&1
-    tests=$(unpack "$name" kosmos_gpu_tests) || exit 1
-    ( for i in 0 1 2 3; do
-        GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 400 "$tests" > $L/$name-gpu-$i.log 2>&1 &
-      done; wait )
-    echo "== $name: GPU suite ($(head -1 $V/$name/commit.txt))"
-    grep -hE "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test" $L/$name-gpu-*.log
-    grep -hE "^\[  FAILED  \] [A-Za-z]" $L/$name-gpu-*.log | sort -u
-    grep -h "Failure" -A5 $L/$name-gpu-*.log | head -40
-    if engine_tests=$(unpack "$name" gemm_engine_test 2> /dev/null); then
-      timeout 300 "$engine_tests" > $L/$name-engine.log 2>&1
-      echo "== $name: GEMM engine tests"
-      grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|^\[  FAILED  \] [A-Za-z]" $L/$name-engine.log
-    fi
-    if nccl_tests=$(unpack "$name" kosmos_nccl_transport_tests 2> /dev/null); then
-      nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2> /dev/null)
-      LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 timeout 300 "$nccl_tests" \
-        > $L/$name-nccl.log 2>&1
-      echo "== $name: nccl tests"
-      grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test|^\[  FAILED  \] [A-Za-z]" $L/$name-nccl.log
-    fi
+    echo "== $name ($(head -1 $V/$name/commit.txt))"
+    steps=()
+    unpack "$name" kosmos_gpu_tests > /dev/null && steps+=(gpu-tests)
+    unpack "$name" gemm_engine_test > /dev/null 2>&1 && steps+=(gemm-tests)
+    unpack "$name" kosmos_nccl_transport_tests > /dev/null 2>&1 && steps+=(nccl-tests)
+    [ ${#steps[@]} -gt 0 ] || exit 1
+    KOSMOS_BIN=/tmp/kosmos-variants/$name "$(dirname "$0")/device_batch.sh" "${steps[@]}"
     ;;
   ab)
     [ $# -ge 1 ] || { echo "usage: scripts/variants.sh ab NAME..." >&2; exit 2; }
-    L=/tmp/variants-logs; mkdir -p $L; trap logs_to_out EXIT
+    L=/tmp/variants-logs; mkdir -p $L
+    trap '[ -n "${OUT:-}" ] && tar czf "$OUT/variants-logs.tgz" -C "$L" .' EXIT
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > $L/gpu.txt 2>&1
     for name in "$@"; do unpack "$name" kosmos > /dev/null || exit 1; done
     # case = tag:bench moe arguments (spaces as commas)
@@ -115,7 +102,7 @@ case "$cmd" in
     done
     ;;
   *)
-    sed -n 2,22p "$0"
+    sed -n "2,/^set -u/p" "$0" | sed '$d'
     exit 2
     ;;
 esac
