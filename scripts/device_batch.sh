@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: runs the GPU tests and benchmarks from an already built tree (carry build/),
 # writing logs and JSON under $OUT. Usage on the GPU machine: scripts/device_batch.sh [steps...]
+# TEST_TIMEOUT (s, default 360) bounds each test binary (gpu-tests per shard, gemm-tests, nccl-tests).
 # Steps: info gpu-tests nccl-tests demo bench-gemm bench-gemm-nt bench-tp runtime-bench trace bench-moe
 #        baselines gemm-tests gemm-bench raster-sweep keep-ab ncu-gemm probe multigpu-bench (default: info gpu-tests runtime-bench trace demo)
 set -uo pipefail
@@ -10,6 +11,17 @@ final="${OUT:-/tmp/kosmos-out}"
 out=$(mktemp -d /tmp/kosmos-batch.XXXXXX)
 mkdir -p "$final"
 bin=${KOSMOS_BIN:-build}  # the built tree's binaries (scripts/variants.sh points it at an unpacked build)
+# Test binaries run under a time limit: a GEMM tile's shared-memory barrier waits have no watchdog
+# (only the runtime's counter waits have one), so a protocol bug would hang and spend the whole
+# call. A limit hit shows as exit status 124 and a "TIMEOUT" line in the step's log.
+test_limit=${TEST_TIMEOUT:-360}
+limited() {  # limited LOG CMD...: runs CMD under the limit, stdout+stderr to LOG
+  local log=$1; shift
+  timeout "$test_limit" "$@" > "$log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && echo "TIMEOUT: $(basename "$1") killed after ${test_limit} s (TEST_TIMEOUT)" | tee -a "$log"
+  return $rc
+}
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(info gpu-tests runtime-bench trace demo)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$out/nvidia-smi.txt" 2>&1
@@ -22,11 +34,11 @@ for s in "${steps[@]}"; do
       # shards in parallel processes (correctness only: no test in the suite times anything).
       shards=${KOSMOS_TEST_SHARDS:-4}
       for ((i = 0; i < shards; ++i)); do
-        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i $bin/tests/kosmos_gpu_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$out/gpu-tests-shard$i.log" 2>&1 &
+        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i limited "$out/gpu-tests-shard$i.log" $bin/tests/kosmos_gpu_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} &
       done
       wait
       cat "$out"/gpu-tests-shard*.log > "$out/gpu-tests.log"
-      grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|\[watchdog\]|\[gpu-dag\]|\[gemm|Expected|Which is|rel|Failure|error" "$out/gpu-tests.log" ;;
+      grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|\[watchdog\]|\[gpu-dag\]|\[gemm|Expected|Which is|rel|Failure|error|TIMEOUT" "$out/gpu-tests.log" ;;
     ncu-gemm)
       # Nsight Compute on one GEMM shape: our persistent kernel and cuBLAS's kernel on the same inputs.
       # --clock-control none: the card's clocks are left as they are (the device notes ask for it;
@@ -47,7 +59,8 @@ for s in "${steps[@]}"; do
     bench-gemm-nt) $bin/kosmos bench gemm --layout nt --json "$out/bench-gemm-nt.json" 2>&1 | tee "$out/bench-gemm-nt.log" ;;
     nccl-tests)
       nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
-      env -u GTEST_FILTER LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests 2>&1 | tee "$out/nccl-tests.log" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error" ;;
+      limited "$out/nccl-tests.log" env -u GTEST_FILTER LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 $bin/kosmos_nccl_transport_tests
+      grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED|==========)|Failure|error|TIMEOUT" "$out/nccl-tests.log" ;;
     bench-tp)
       specs=${TP_SPECS:-"llama3-70b:ag_gemm llama3-70b:gemm_rs llama3-70b:gemm_ar llama3-70b:ag_gemm:--backward llama3-70b:gemm_rs:--backward llama3-8b:ag_gemm small-m:ag_gemm gpt3-175b:gemm_rs"}
       for spec in $specs; do
@@ -93,7 +106,7 @@ for s in "${steps[@]}"; do
       else
         echo "probe: $bin/gemm_probe not built (cmake --build build --target gemm_probe)"
       fi ;;
-    gemm-tests) $bin/gemm_engine_test 2>&1 | tee "$out/gemm-tests.log" | tail -30 ;;
+    gemm-tests) limited "$out/gemm-tests.log" $bin/gemm_engine_test; tail -30 "$out/gemm-tests.log" ;;
     gemm-bench) $bin/gemm_engine_bench --json "$out/gemm-bench.json" 2>&1 | tee "$out/gemm-bench.log" | tail -30 ;;
     raster-sweep)
       # Every claim order of kosmos::Gemm against the planner's (grouped cases, then the eight dense
