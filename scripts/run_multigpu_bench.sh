@@ -5,26 +5,33 @@
 # then the PyTorch baselines under torchrun: symmetric-memory async-TP (bench/torch_async_tp.py)
 # and the expert-parallel MoE pipeline on the same routing (bench/torch_moe_ep.py).
 #
-# Usage: scripts/run_multigpu_bench.sh [W] [OUT_DIR]      (default W = 8, OUT_DIR = bench/results/multigpu-W<W>)
+# Usage: scripts/run_multigpu_bench.sh [W] [OUT_DIR]      (default W = 8, OUT_DIR = $OUT/multigpu-W<W> when
+#        $OUT is set -- the device tool brings $OUT back --, else bench/results/multigpu-W<W>)
 #   env: BUILD_DIR (default build; the binary is $BUILD_DIR/kosmos), REPS (default 20),
 #        KOSMOS_NCCL_LIB_DIR (libnccl folder to put first), SKIP_TORCH=1 (kosmos only),
 #        CASES (override the TP case list, e.g. "llama3-70b:ag_gemm llama3-70b:gemm_rs:bwd"; "" for none),
 #        MOE_CASES (override the MoE case list, e.g. "qwen3-235b:4096 deepseek-v3:4096:bwd"; "" for none),
-#        TRACE=1 (the MoE cases also write a trace SVG per rank; their times then include tracing)
+#        TRACE=1 (the MoE cases also write a trace SVG per rank; their times then include tracing),
+#        RANK_TIMEOUT (s per process, default 240; when one rank fails the others are stopped at once,
+#        scripts/ranks.sh), TORCH_TIMEOUT (s per torchrun launch, default 300)
+# The default lists take far longer than one 10-minute device command at W = 8: pick a few cases
+# per call with CASES / MOE_CASES.
 # W = 1 runs everything on one GPU (a one-rank communicator): the smoke test.
 # Skips (exit 0, with a message) when fewer than W GPUs are visible.
 # NCCL: same selection as scripts/run_multigpu.sh (the torch wheel's libnccl first on LD_LIBRARY_PATH);
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
 set -u
+source "$(dirname "$0")/ranks.sh"
 W=${1:-8}
-OUT_DIR=${2:-bench/results/multigpu-W$W}
+OUT_DIR=${2:-${OUT:+$OUT/multigpu-W$W}}
+OUT_DIR=${OUT_DIR:-bench/results/multigpu-W$W}
 BUILD_DIR=${BUILD_DIR:-build}
 BIN=${BIN:-$BUILD_DIR/kosmos}
 REPS=${REPS:-20}
 [[ $W =~ ^[0-9]+$ ]] && (( W >= 1 )) || { echo "run_multigpu_bench: W must be a positive integer, got '$W'" >&2; exit 2; }
 [[ -x $BIN ]] || { echo "run_multigpu_bench: $BIN not found (build the kosmos_cli target)" >&2; exit 2; }
 
-NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+NGPU=$(visible_gpus)
 if (( NGPU < W )); then
   echo "run_multigpu_bench: skipped: needs $W GPUs, $NGPU visible"
   exit 0
@@ -58,26 +65,16 @@ failed=()
 run_case() {
   local NAME=$1
   shift
-  local ID_FILE
-  ID_FILE=$(mktemp -u "${TMPDIR:-/tmp}/kosmos_nccl_id.XXXXXX")   # fresh per launch
   echo "== $NAME"
-  local pids=() r c_status=0
-  for (( r = 0; r < W; ++r )); do
-    RANK=$r WORLD_SIZE=$W LOCAL_RANK=$r KOSMOS_NCCL_ID_FILE=$ID_FILE \
-      timeout 600 "$BIN" "$@" >"$LOG_DIR/$NAME.rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for (( r = 0; r < W; ++r )); do
-    wait "${pids[$r]}" || c_status=1
-  done
-  rm -f "$ID_FILE"
+  local c_status=0
+  launch_ranks "$W" "$LOG_DIR/$NAME" "$BIN" "$@" || c_status=1
   ran=$((ran + 1))
   if (( c_status == 0 )); then
     grep -Ev '^\[bench (tp|moe) nccl\]' "$LOG_DIR/$NAME.rank0.log"
   else
     status=1
     failed+=("$NAME")
-    echo "$NAME FAILED; last lines of each rank's log ($LOG_DIR/$NAME.rank*.log):"
+    echo "$NAME FAILED: rank(s) ${FAILED_RANKS[*]}; last lines of each rank's log ($LOG_DIR/$NAME.rank*.log):"
     for (( r = 0; r < W; ++r )); do echo "-- rank $r"; tail -5 "$LOG_DIR/$NAME.rank$r.log"; done
   fi
 }
@@ -110,8 +107,9 @@ else
   torch_run() {
     local name=$1 log=$2 pattern=$3
     shift 3
-    "${TORCHRUN[@]}" --standalone --nproc-per-node "$W" "$@" >>"$log" 2>&1
+    timeout -k 10 "${TORCH_TIMEOUT:-300}" "${TORCHRUN[@]}" --standalone --nproc-per-node "$W" "$@" >>"$log" 2>&1
     local t_status=$?
+    (( t_status == 124 )) && echo "$name: TIMEOUT after ${TORCH_TIMEOUT:-300} s (TORCH_TIMEOUT)" | tee -a "$log"
     grep -v '^\s*$' "$log" | grep -E "$pattern" | grep -v '^\[' | head -40
     if (( t_status != 0 )); then
       status=1
