@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "bench_timing.h"
 #include "kosmos/cuda_check.h"
@@ -87,6 +89,24 @@ Status one_rep(const NcclRank& c, Gate* gate, cudaEvent_t a, cudaEvent_t b, cons
 }
 
 }  // namespace
+
+void run_rank_or_exit(transport::NcclTransport& t, const char* what, const std::function<void()>& body) {
+  std::string message;
+  try {
+    body();
+    return;
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+    message = "unknown exception";
+  }
+  std::fprintf(stderr, "kosmos: rank %d of %d: %s: %s\n", t.rank(), t.world(), what, message.c_str());
+  const Status s = t.abort();
+  if (!s.is_ok()) std::fprintf(stderr, "kosmos: rank %d: %s\n", t.rank(), s.to_string().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
 
 Status check_nccl_launch_env(const char* what, int* world_out) {
   const std::string hint = std::string(" (") + what +

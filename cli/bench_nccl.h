@@ -39,6 +39,15 @@ struct NcclRank {
   cudaStream_t s0 = nullptr;
 };
 
+// Runs one rank's benchmark body. On an error (a kosmos::Error or any std::exception) it prints
+// "kosmos: rank R of W: ..." at once, aborts the communicator (ncclCommAbort) and ends the process
+// with exit status 1 without running destructors: returning through them would finalize the
+// communicator and free device memory, both of which wait for peers that may be stuck in a
+// collective this rank never joins -- every rank would hang until its time limit, and this rank's
+// message would never be printed. Errors every rank agrees on (the verification verdicts, all-reduced
+// first) end the same way on every rank.
+void run_rank_or_exit(transport::NcclTransport& t, const char* what, const std::function<void()>& body);
+
 // A clear error before NCCL is touched when the process was not launched one per GPU (RANK,
 // WORLD_SIZE, LOCAL_RANK, KOSMOS_NCCL_ID_FILE; NCCL_NVLS_ENABLE unset or 0; the GPU visible).
 // `what` names the command in the message, e.g. "bench tp --transport nccl".

@@ -83,6 +83,7 @@ class CpuExecutor {
   std::unique_ptr<std::atomic<uint64_t>[]> counters_;  // [world][num_counters], unless shared
   std::vector<std::atomic<uint64_t>*> counter_arrays_;  // [world] -> that rank's counters
   std::vector<bool> local_ranks_;
+  std::string failed_across_processes_;  // a run with peers elsewhere failed: no more runs
   std::vector<std::vector<uint8_t>> owned_;  // [buffer*world + rank]
   std::vector<void*> buffers_;               // [buffer*world + rank]
   std::vector<HostTaskFn> bodies_;

@@ -113,6 +113,13 @@ class NcclTransport {
   static Status barrier_all(const std::vector<NcclTransport*>& transports,
                             const std::vector<cudaStream_t>& streams);
 
+  // After an error on this rank: ncclCommAbort of an owned communicator (no collective, no wait
+  // for the peers, which ncclCommFinalize would do: they may be stuck in a collective this rank
+  // never joins) and nothing else; the process is expected to exit without running destructors
+  // that free device memory (std::_Exit), since a cudaFree waits for the whole device. The
+  // destructor then does nothing. Not collective.
+  Status abort();
+
   // Destroys transports made by create_single_process / create_with_comms in one go (grouped
   // ncclCommFinalize for owned communicators, then local destruction). Clears *transports.
   static Status destroy_all(std::vector<std::unique_ptr<NcclTransport>>* transports);

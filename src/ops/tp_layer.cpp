@@ -204,8 +204,11 @@ class TpPlanner {
     }
   }
 
-  // Reduce tasks of owner o for a partial problem with tile geometry g over [M, cols].
-  void reduce_owner(int o, const GemmRef& g, int64_t cols, TpBuffer out, bool broadcast, uint32_t rs_base) {
+  // Reduce tasks of owner o for a partial problem with tile geometry g over [M, cols]. broadcast:
+  // each task writes its rows into every rank's `out` and signals `written` on every rank (see
+  // written_barrier).
+  void reduce_owner(int o, const GemmRef& g, int64_t cols, TpBuffer out, bool broadcast, uint32_t rs_base,
+                    uint32_t written = 0) {
     const int64_t r0 = int64_t(o) * R_, r1 = r0 + R_;
     for (int64_t mb = r0 / kBM; mb * kBM < r1; ++mb)
       for (int nb = 0; nb < g.n_tiles; ++nb) {
@@ -224,9 +227,26 @@ class TpPlanner {
         a.src_ld = a.dst_ld = uint32_t(cols);
         std::memcpy(t.args, &a, sizeof(a));
         t.waits.push_back({uint32_t(rs_base + mb * g.n_tiles + nb), plan::kWaitAll});
+        if (broadcast)
+          for (int r = 0; r < W_; ++r) t.signals.push_back({written, uint16_t(r), 1});
         t.phase = 1;
         tasks_.push_back(std::move(t));
       }
+  }
+
+  // Tasks that write other ranks' outputs end nowhere in those ranks' own plans: one process per
+  // GPU, a rank's launch could end -- and finish() return -- while a peer's broadcast still writes
+  // its rows. So each rank gets a last task (phase `phase`) that waits for every signal of
+  // `written` this run: its launch ends only after all writes into it are visible. The counter is
+  // kept in the unfused composition too (phase-local: signalled and waited in the same launch).
+  void written_barrier(uint32_t written, int phase) {
+    phase_local_.push_back(written);
+    for (int r = 0; r < W_; ++r) {
+      TaskRec t(plan::TaskKind::kNop, uint32_t(r));
+      t.waits.push_back({written, plan::kWaitAll});
+      t.phase = phase;
+      tasks_.push_back(std::move(t));
+    }
   }
 
   // Partial-product tiles of rank s for owner o's rows; each tile signals its owners' counters.
@@ -257,10 +277,14 @@ class TpPlanner {
         const uint32_t id = b.add_task(t.kind, t.rank);
         // payload
         b.set_args(id, t.args);
+        // unfused: the waits cross the phase boundary (dropped), except on phase-local counters
+        auto keep = [&](uint32_t counter) {
+          return c_.fused || std::find(phase_local_.begin(), phase_local_.end(), counter) != phase_local_.end();
+        };
         for (const plan::Wait& w : t.waits)
-          if (c_.fused) b.wait(id, w.counter, w.target);  // unfused: every wait crosses the phase boundary
+          if (keep(w.counter)) b.wait(id, w.counter, w.target);
         for (const plan::Signal& s : t.signals)
-          if (c_.fused) b.signal(id, s.rank, s.counter, s.amount);
+          if (keep(s.counter)) b.signal(id, s.rank, s.counter, s.amount);
       }
       plan::Plan p;
       KOSMOS_RETURN_IF_ERROR(b.build(&p));
@@ -288,6 +312,7 @@ class TpPlanner {
   int64_t R_;
   int ctas_;
   uint32_t num_counters_ = 0;
+  std::vector<uint32_t> phase_local_;  // counters kept in the unfused composition (written_barrier)
   std::vector<ops::GemmProblemSpec> problems_;
   std::vector<kernels::gemm::GemmParams> shapes_;  // per problem: tile counts, K, tile shape
   std::vector<int> phases_;
@@ -363,11 +388,13 @@ Status plan_op(const TpConfig& c, TpPlanner& P) {
       for (int s = 0; s < W; ++s)
         KOSMOS_RETURN_IF_ERROR(P.add_problem(s, TpBuffer::kX, false, TpBuffer::kW, false, TpBuffer::kPartial, M, N, K / W, none, 0, &g[s]));
       const uint32_t rs = P.counters(uint32_t(MB * g[0].n_tiles));
+      const uint32_t written = ar ? P.counters(1) : 0;  // all-reduce: broadcasts into every rank's Y
       for (int o = 0; o < W; ++o) {
         for (int s = 0; s < W; ++s) P.partial_owner(o, g[s], s, rs);
-        if (o > 0) P.reduce_owner(o - 1, g[0], N, TpBuffer::kY, ar, rs);
+        if (o > 0) P.reduce_owner(o - 1, g[0], N, TpBuffer::kY, ar, rs, written);
       }
-      P.reduce_owner(W - 1, g[0], N, TpBuffer::kY, ar, rs);
+      P.reduce_owner(W - 1, g[0], N, TpBuffer::kY, ar, rs, written);
+      if (ar) P.written_barrier(written, 1);
       return Status::ok();
     }
     case TpOp::kColParallelBwd: {

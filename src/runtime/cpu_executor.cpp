@@ -5,6 +5,7 @@
 // epoch, body, release-add signals. In stress mode the order is a random valid topological order
 // (re-drawn each run) and workers sleep at random points (before claims, inside waits, before
 // signalling) to shake out protocol bugs.
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <sstream>
@@ -248,6 +249,9 @@ Status CpuExecutor::run() {
   for (size_t i = 0; i < buffers_.size(); ++i)
     KOSMOS_CHECK(buffers_[i] != nullptr, "CpuExecutor: external buffer '", plan_.buffers[i / plan_.world].name,
                  "' of rank ", i % plan_.world, " is not bound");
+  if (!failed_across_processes_.empty())
+    return Status(StatusCode::kAborted, "run: an earlier run failed with peers in other processes (" + failed_across_processes_ +
+                                            "); their counters cannot be reset from here: re-create the layer on every rank");
   std::vector<uint32_t> order;
   if (options_.stress) {
     order = plan::random_topological_order(plan_, options_.seed * 31 + run_count_);
@@ -265,13 +269,18 @@ Status CpuExecutor::run() {
   for (auto& th : workers) th.join();
   ++run_count_;
   if (failed_.load()) {
-    // Recover: the run's signals are partial, so counters restart from zero with the epoch.
+    // Recover: the run's signals are partial, so counters restart from zero with the epoch. Only
+    // the local ranks' counters can be: with peers elsewhere (GpuExecutor::finish, the same rule)
+    // the executor refuses further runs instead.
     for (uint32_t r = 0; r < plan_.world; ++r)
       if (local_ranks_[r])
         for (uint32_t c = 0; c < plan_.num_counters; ++c) counter_ref(r, c).store(0);
     epoch_ = 0;
     const StatusCode code = error_.kind == uint32_t(ErrorKind::kHostAbort) ? StatusCode::kAborted : StatusCode::kTimeout;
-    return Status(code, describe(error_, plan_));
+    const std::string what = describe(error_, plan_);
+    const bool across = std::find(local_ranks_.begin(), local_ranks_.end(), false) != local_ranks_.end();
+    if (across) failed_across_processes_ = what;
+    return Status(code, what + (across ? " (peers run in other processes: this executor runs no more; re-create the layer on every rank)" : ""));
   }
   ++epoch_;
   return Status::ok();

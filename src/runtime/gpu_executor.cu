@@ -63,6 +63,7 @@ struct GpuExecutor::Impl {
   std::vector<void*> host_buffer_table;
   std::vector<void*> owned;  // executor-allocated buffers
   std::vector<bool> owned_counter_ranks;  // ranks whose counter arrays this process zeroes on recovery
+  std::string failed_across_processes;    // set by finish(): a run with peers in other processes failed
   uint32_t* host_abort = nullptr;  // mapped pinned
   ~Impl() {
     for (void* p : owned) cudaFree(p);
@@ -219,6 +220,10 @@ Status GpuExecutor::run(cudaStream_t stream) {
   for (size_t i = 0; i < impl_->host_buffer_table.size(); ++i)
     KOSMOS_CHECK(impl_->host_buffer_table[i] != nullptr, "run: external buffer '", plan_.buffers[i / plan_.world].name,
                  "' of rank ", i % plan_.world, " is not bound");
+  if (!impl_->failed_across_processes.empty())
+    return Status(StatusCode::kAborted, "run: an earlier run failed with peers in other processes (" +
+                                            impl_->failed_across_processes +
+                                            "); their counters cannot be reset from here: re-create the layer on every rank");
   if (plan_.tasks.empty()) return Status::ok();
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid_);
@@ -242,8 +247,13 @@ Status GpuExecutor::finish(cudaStream_t stream) {
   ErrorRecord rec{};
   KOSMOS_CUDA_CHECK(cudaMemcpy(&rec, impl_->error.ptr, sizeof(rec), cudaMemcpyDeviceToHost));
   if (rec.kind == uint32_t(ErrorKind::kNone)) return Status::ok();
-  // Recover: counters and the epoch restart from zero; the next run starts clean.
+  // Recover: counters and the epoch restart from zero; the next run starts clean. Only this
+  // process's counters can be reset: when peers run in other processes (some counter arrays are
+  // not ours), they may still be running this run, or signal into counters zeroed here, so this
+  // executor refuses further runs instead (run() says so) -- the layer is re-created on every rank.
   Impl& im = *impl_;
+  const bool across_processes =
+      std::find(im.owned_counter_ranks.begin(), im.owned_counter_ranks.end(), false) != im.owned_counter_ranks.end();
   for (uint32_t r = 0; r < plan_.world; ++r)  // only this process's counter arrays (local ranks)
     if (im.owned_counter_ranks[r])
       KOSMOS_CUDA_CHECK(cudaMemset(im.host_counter_table[r], 0, sizeof(uint64_t) * std::max<uint32_t>(plan_.num_counters, 1)));
@@ -252,8 +262,9 @@ Status GpuExecutor::finish(cudaStream_t stream) {
   KOSMOS_CUDA_CHECK(cudaDeviceSynchronize());
   *im.host_abort = 0;
   const StatusCode code = rec.kind == uint32_t(ErrorKind::kHostAbort) ? StatusCode::kAborted : StatusCode::kTimeout;
-  if (rec.task_id == kNoSlot) return Status(code, "run aborted by the host between tasks");
-  return Status(code, describe(rec, plan_));
+  const std::string what = rec.task_id == kNoSlot ? std::string("run aborted by the host between tasks") : describe(rec, plan_);
+  if (across_processes) im.failed_across_processes = what;
+  return Status(code, what + (across_processes ? " (peers run in other processes: this executor runs no more; re-create the layer on every rank)" : ""));
 }
 
 Status GpuExecutor::use_transport(const std::vector<uint64_t*>& counter_arrays, const std::vector<bool>& local_ranks) {

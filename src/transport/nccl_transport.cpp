@@ -426,6 +426,16 @@ Status NcclTransport::release_all() {
   return first;
 }
 
+Status NcclTransport::abort() {
+  if (comm_ == nullptr) return Status::ok();
+  Status s;
+  if (owns_comm_) s = nccl_status(ncclCommAbort(static_cast<ncclComm_t>(comm_)), "ncclCommAbort");
+  comm_ = nullptr;  // the destructor leaves everything alone: the process is exiting
+  barrier_scratch_ = nullptr;
+  allocations_.clear();  // leaked on purpose: freeing would wait for the device
+  return s;
+}
+
 Status NcclTransport::destroy_all(std::vector<std::unique_ptr<NcclTransport>>* transports) {
   KOSMOS_CHECK(transports != nullptr, "destroy_all: null");
   Status first;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -17,8 +18,39 @@ using namespace kosmos;
 using namespace kosmos::test;
 
 namespace {
+// One process per GPU: a failed assertion on one rank would return through the test's destructors,
+// whose ncclCommFinalize waits for peers stuck in a barrier this rank never reaches -- every rank
+// would sit until the launcher's time limit. So the first fatal failure aborts the communicator and
+// ends the process (exit 1); scripts/run_multigpu.sh then stops the other ranks at once.
+transport::NcclTransport* g_env_transport = nullptr;
+
+class AbortOnFatalFailure : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.fatally_failed() || g_env_transport == nullptr) return;
+    std::fprintf(stderr, "kosmos: rank %d of %d: fatal test failure; aborting the communicator and exiting\n",
+                 g_env_transport->rank(), g_env_transport->world());
+    (void)g_env_transport->abort();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+};
+class FailFastEnvironment : public ::testing::Environment {
+  void SetUp() override { ::testing::UnitTest::GetInstance()->listeners().Append(new AbortOnFatalFailure); }
+};
+[[maybe_unused]] ::testing::Environment* const g_fail_fast = ::testing::AddGlobalTestEnvironment(new FailFastEnvironment);
+
 // The transport of a process launched by scripts/run_multigpu.sh, or null with the reason to skip.
-std::unique_ptr<transport::NcclTransport> env_transport(std::string* why) {
+// Fatal failures while it lives end the process (AbortOnFatalFailure).
+struct EnvTransportDeleter {
+  void operator()(transport::NcclTransport* t) const {
+    if (g_env_transport == t) g_env_transport = nullptr;
+    delete t;
+  }
+};
+using EnvTransport = std::unique_ptr<transport::NcclTransport, EnvTransportDeleter>;
+
+EnvTransport env_transport(std::string* why) {
   const char* ws = std::getenv("WORLD_SIZE");
   int gpus = 0;
   cudaGetDeviceCount(&gpus);
@@ -37,7 +69,8 @@ std::unique_ptr<transport::NcclTransport> env_transport(std::string* why) {
     *why = "transport failed";
     return nullptr;
   }
-  return t;
+  g_env_transport = t.get();
+  return EnvTransport(t.release());
 }
 
 // Every multi-GPU TP test's shapes: M, N, K multiples of W with ragged 128-row blocks.
@@ -55,7 +88,7 @@ TpConfig multigpu_tp_config(TpOp op, int W) {
 
 TEST(TpMultiGpu, EveryOpAcrossRanks) {
   std::string why;
-  std::unique_ptr<transport::NcclTransport> t = env_transport(&why);
+  EnvTransport t = env_transport(&why);
   if (!t) GTEST_SKIP() << why;
   Status s;
   const int W = t->world(), rank = t->rank();
@@ -79,7 +112,7 @@ TEST(TpMultiGpu, EveryOpAcrossRanks) {
 
 TEST(TpMultiGpu, MoeForwardAcrossRanks) {
   std::string why;
-  std::unique_ptr<transport::NcclTransport> t = env_transport(&why);
+  EnvTransport t = env_transport(&why);
   if (!t) GTEST_SKIP() << why;
   Status s;
   const int W = t->world(), rank = t->rank();
@@ -100,7 +133,7 @@ TEST(TpMultiGpu, MoeForwardAcrossRanks) {
 
 TEST(TpMultiGpu, MoeBackwardAcrossRanks) {
   std::string why;
-  std::unique_ptr<transport::NcclTransport> t = env_transport(&why);
+  EnvTransport t = env_transport(&why);
   if (!t) GTEST_SKIP() << why;
   Status s;
   const int W = t->world(), rank = t->rank();

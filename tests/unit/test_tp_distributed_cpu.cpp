@@ -38,10 +38,11 @@ void run_distributed(TpOp op, int W) {
         errors[rank] = s.to_string();
         return;
       }
-      heap.barrier();  // peers may still read this rank's memory until all finished
+      // A rank's outputs are complete when its own run returns, before any barrier with its peers:
+      // the all-reduce's broadcasts from slower owners must not land after (written_barrier).
       read_outputs(*L, h, rank);
       errors[rank] = check_tp(h, 1e-2, rank);
-      heap.barrier();
+      heap.barrier();  // peers may still read this rank's memory until all finished
     });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < W; ++r) EXPECT_EQ(errors[r], "") << to_string(op) << " W=" << W << " rank " << r;
@@ -74,6 +75,7 @@ TEST(TpDistributedCpuFailure, APeerThatNeverRunsIsAWatchdogErrorNotAHang) {
     std::unique_ptr<TpLayer> L;
     ASSERT_TRUE(TpLayer::plan_distributed(c, d, &L).is_ok());
     heap.barrier();  // rank 0's run() barrier
+    heap.barrier();  // and its second run's
   });
   const DistributedContext d = heap.context(0);
   std::unique_ptr<TpLayer> L;
@@ -81,10 +83,15 @@ TEST(TpDistributedCpuFailure, APeerThatNeverRunsIsAWatchdogErrorNotAHang) {
   auto t0 = std::chrono::steady_clock::now();
   result = L->run(nullptr);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  peer.join();
   EXPECT_EQ(result.code(), StatusCode::kTimeout) << result.to_string();
   EXPECT_LT(secs, 5.0);
   EXPECT_NE(result.message().find("rank 0"), std::string::npos) << result.message();
   EXPECT_NE(result.message().find("signalled from outside this plan"), std::string::npos) << result.message();
   std::printf("[peer missing] %.2f s: %s\n", secs, result.message().c_str());
+  // The peer's counters cannot be reset from this process: the layer refuses to run again
+  // (instead of starting a run whose waits could pass on the failed run's late signals).
+  const Status again = L->run(nullptr);
+  peer.join();
+  EXPECT_EQ(again.code(), StatusCode::kAborted) << again.to_string();
+  EXPECT_NE(again.message().find("re-create the layer on every rank"), std::string::npos) << again.message();
 }
