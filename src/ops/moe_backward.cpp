@@ -41,7 +41,7 @@ constexpr int kNumProblems = 5;  // per rank
 enum Problem { kH1 = 0, kDAct = 1, kDX = 2, kDDown = 3, kDGateUp = 4 };
 }  // namespace
 
-Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, DirectionPlan* out) {
+Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int num_sms, DirectionPlan* out) {
   const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W, T = uint32_t(cfg.tokens),
                  k = uint32_t(cfg.top_k), H = uint32_t(cfg.hidden), I = uint32_t(cfg.intermediate);
   const int64_t rows = backward_rows(cfg);
@@ -74,7 +74,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, Dir
       g.desc.num_groups = int(L);
       g.desc.group_m = layout;
       g.desc.group_offset = layout + L;
-      g.desc.num_sms = ctas;
+      g.desc.num_sms = num_sms;
       g.rank = d;
       g.a_buffer = uint32_t(a);
       g.b_buffer = uint32_t(b);

@@ -297,7 +297,11 @@ Status MoeLayer::plan_distributed(const MoeConfig& cfg, const DistributedContext
 Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist, std::unique_ptr<MoeLayer>* out) {
   KOSMOS_CHECK(out != nullptr, "MoeLayer::plan: out is null");
   KOSMOS_RETURN_IF_ERROR(validate(cfg));
-  const int ctas = ops::op_ctas(cfg.cpu, cfg.max_ctas);
+  // gpu_ctas: the CTAs of one launch on one GPU. ctas: the CTAs the plan's tasks (all ranks'
+  // tasks) are cut for -- with virtual ranks those of the one launch, which the ranks share (ctas /
+  // W each); one process per GPU, every rank has a whole GPU's, so W times as many.
+  const int gpu_ctas = ops::op_ctas(cfg.cpu, cfg.max_ctas);
+  const int ctas = dist ? gpu_ctas * int(cfg.world) : gpu_ctas;
   const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W, T = uint32_t(cfg.tokens),
                  k = uint32_t(cfg.top_k), H = uint32_t(cfg.hidden), I = uint32_t(cfg.intermediate);
   // save_activations: the forward lays out its receive rows as the backward does (padded groups).
@@ -339,7 +343,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
       dsc.group_m = layout;
       dsc.group_offset = layout + L;
       dsc.epilogue = epilogue;
-      dsc.num_sms = ctas;
+      dsc.num_sms = gpu_ctas;
       g.rank = d;
       g.a_buffer = uint32_t(a_buf);
       g.b_buffer = uint32_t(b_buf);
@@ -479,7 +483,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   std::string backward_summary;
   if (cfg.backward) {
     ops::moe::DirectionPlan bwd;
-    KOSMOS_RETURN_IF_ERROR(ops::moe::plan_backward(cfg, impl->mem, ctas, &bwd));
+    KOSMOS_RETURN_IF_ERROR(ops::moe::plan_backward(cfg, impl->mem, ctas, gpu_ctas, &bwd));
     KOSMOS_RETURN_IF_ERROR(make_runners(bwd, cfg, dist, impl->mem, &impl->backward_fused, &impl->backward_unfused,
                                         &impl->backward_tasks_fused, &impl->backward_tasks_unfused, &impl->backward_labels,
                                         &impl->backward_phase_names, &impl->backward_phase_labels));

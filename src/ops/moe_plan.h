@@ -242,8 +242,9 @@ inline uint32_t consumer_lag(int override_steps, bool decode, int64_t ctas, int6
 }
 
 // The backward pass of `cfg` (cfg.backward set, validated) over the layer's buffers `mem`; `ctas`
-// sizes the tasks (as for the forward). Design: docs/design/moe.md.
-Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, DirectionPlan* out);
+// sizes the tasks (as for the forward: all ranks' CTAs), `num_sms` is one GPU's (the GEMMs' tile
+// shape choice). Design: docs/design/moe.md.
+Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int num_sms, DirectionPlan* out);
 
 // rows of every receive-side buffer of the backward: W T k rows plus up to 63 padding rows per
 // local expert (group offsets padded to the GEMM k block).

@@ -122,7 +122,10 @@ struct GemmRef {  // a GEMM problem's geometry, for tiling
 
 class TpPlanner {
  public:
-  explicit TpPlanner(const TpConfig& c, int ctas) : c_(c), W_(c.world), R_(c.m / c.world), ctas_(ctas) {}
+  // ctas: one launch's CTAs on one GPU. own_gpu: one process per GPU (plan_distributed), each
+  // rank's tasks get all of them; with virtual ranks the W ranks share them.
+  TpPlanner(const TpConfig& c, int ctas, bool own_gpu = false)
+      : c_(c), W_(c.world), R_(c.m / c.world), ctas_(ctas), share_ctas_(own_gpu ? ctas : std::max(1, ctas / c.world)) {}
 
   // Declares a GEMM problem on `rank` over TP buffers (dense row-major, leading dim = cols).
   Status add_problem(uint32_t rank, TpBuffer a, bool a_col_major, TpBuffer b, bool b_transposed, TpBuffer cbuf,
@@ -166,7 +169,7 @@ class TpPlanner {
     mb1 = std::min(mb1, g.m_tiles);
     if (mb1 <= mb0) return;
     ops::RasterProblem rp = ops::raster_problem(shapes_[g.problem], mb0, mb1, ctas_);
-    rp.share_ctas = std::max(1, ctas_ / W_);
+    rp.share_ctas = share_ctas_;
     for (const ops::GemmRun& run : ops::plan_gemm_runs(rp)) {
       TaskRec t(plan::TaskKind::kGemmTile, rank);
       const GemmTileArgs a = ops::tile_args(g.problem, run);
@@ -311,6 +314,7 @@ class TpPlanner {
   int W_;
   int64_t R_;
   int ctas_;
+  int share_ctas_;  // the CTAs one rank's tasks get
   uint32_t num_counters_ = 0;
   std::vector<uint32_t> phase_local_;  // counters kept in the unfused composition (written_barrier)
   std::vector<ops::GemmProblemSpec> problems_;
@@ -476,7 +480,7 @@ Status TpLayer::plan_distributed(const TpConfig& cfg, const TpDistributed& dist,
 Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::unique_ptr<TpLayer>* out) {
   KOSMOS_CHECK(out != nullptr, "TpLayer::plan: out is null");
   KOSMOS_RETURN_IF_ERROR(validate(cfg));
-  TpPlanner P(cfg, ops::op_ctas(cfg.cpu, cfg.max_ctas));
+  TpPlanner P(cfg, ops::op_ctas(cfg.cpu, cfg.max_ctas), dist != nullptr);
   KOSMOS_RETURN_IF_ERROR(plan_op(cfg, P));
   // A W = 1 problem may have put everything in one phase; the unfused composition then has an
   // empty phase, which is skipped.

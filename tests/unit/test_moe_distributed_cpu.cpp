@@ -106,3 +106,23 @@ TEST(MoeDistributedCpu, BackwardWithSavedActivationsOneRankPerProcess) {
   run_distributed_backward(4, 20, 16, 8, Routing::kSkewedWithDrops, true);
   run_distributed_backward(3, 1, 6, 2, Routing::kSkewed, true);
 }
+
+// Virtual ranks share one GPU's CTAs (ctas / W each); one process per GPU, every rank has a whole
+// GPU's. A distributed rank's tasks must be cut for that: finer than its share of the virtual-rank
+// plan (before the eighteenth session both were cut for ctas / W, so at W = 8 a rank's GEMM runs,
+// combine and dispatch tasks were sized for 16 of its 132 SMs). TP likewise (TpPlanner's share).
+TEST(MoeDistributedCpu, EachRankIsPlannedForAWholeGpu) {
+  for (int W : {2, 4}) {
+    MoeConfig c = moe_config(W, 512, 64, 32, 32, 8, true);
+    c.backward = true;
+    std::unique_ptr<MoeLayer> V;
+    ASSERT_TRUE(MoeLayer::plan(c, &V).is_ok());
+    SymmetricHeap heap(W);
+    std::unique_ptr<MoeLayer> D;
+    ASSERT_TRUE(MoeLayer::plan_distributed(c, heap.context(0), &D).is_ok());
+    EXPECT_GT(D->num_tasks(true), V->num_tasks(true) / W) << "W=" << W << ": forward\n" << D->describe() << "\n" << V->describe();
+    EXPECT_GT(D->num_backward_tasks(true), V->num_backward_tasks(true) / W) << "W=" << W << ": backward";
+    std::printf("[whole GPU] W=%d: rank 0's tasks %zu forward / %zu backward; virtual plan %zu / %zu for %d ranks\n", W,
+                D->num_tasks(true), D->num_backward_tasks(true), V->num_tasks(true), V->num_backward_tasks(true), W);
+  }
+}
