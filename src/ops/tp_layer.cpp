@@ -489,6 +489,11 @@ Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::u
   KOSMOS_RETURN_IF_ERROR(P.build_plans(&plans, &specs));
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
+  // Whether a phase has a runner is decided on the whole plan, never on a rank's part of it: a
+  // runner's counters are a collective allocation (use_symmetric_counters), so every rank must make
+  // the same runners even where a phase holds no task of its own.
+  std::vector<bool> phase_empty;
+  for (const auto& p : plans) phase_empty.push_back(p.tasks.empty());
   if (dist) {
     impl->dist_copy = *dist;
     impl->dist = &impl->dist_copy;
@@ -509,7 +514,7 @@ Status TpLayer::plan_impl(const TpConfig& cfg, const TpDistributed* dist, std::u
   ro.max_ctas = cfg.max_ctas;
   ro.cpu_workers = 4;
   for (size_t i = 0; i < plans.size(); ++i) {
-    if (plans[i].tasks.empty()) continue;
+    if (phase_empty[i]) continue;
     std::unique_ptr<ops::OpRunner> r;
     KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(plans[i], specs[i], ro, &r));
     for (uint32_t b = 0; b < nb; ++b)
