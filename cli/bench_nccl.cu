@@ -100,12 +100,7 @@ void run_rank_or_exit(transport::NcclTransport& t, const char* what, const std::
   } catch (...) {
     message = "unknown exception";
   }
-  std::fprintf(stderr, "kosmos: rank %d of %d: %s: %s\n", t.rank(), t.world(), what, message.c_str());
-  const Status s = t.abort();
-  if (!s.is_ok()) std::fprintf(stderr, "kosmos: rank %d: %s\n", t.rank(), s.to_string().c_str());
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(1);
+  t.abort_and_exit(std::string(what) + ": " + message);
 }
 
 Status check_nccl_launch_env(const char* what, int* world_out) {

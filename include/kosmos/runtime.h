@@ -23,6 +23,11 @@ namespace kosmos::runtime {
 
 // Formats an error record as the message the host call returns.
 std::string describe(const ErrorRecord& e, const plan::Plan& plan);
+// After a failed run with peers in other processes (GpuExecutor::finish, CpuExecutor::run): the
+// text appended to that run's error, and the error every later run() returns.
+inline constexpr const char* kFailedAcrossProcessesNote =
+    " (peers run in other processes: this executor runs no more; re-create the layer on every rank)";
+Status refused_after_failure_across_processes(const std::string& failure);
 
 // ---- CPU executor --------------------------------------------------------------------------------
 struct CpuOptions {

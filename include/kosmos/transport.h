@@ -119,6 +119,9 @@ class NcclTransport {
   // that free device memory (std::_Exit), since a cudaFree waits for the whole device. The
   // destructor then does nothing. Not collective.
   Status abort();
+  // The fail-fast end of a rank (benchmarks, multi-GPU tests): prints "kosmos: rank R of W: message"
+  // to stderr, abort(), flushes and std::_Exit(1) -- no destructors.
+  [[noreturn]] void abort_and_exit(const std::string& message);
 
   // Destroys transports made by create_single_process / create_with_comms in one go (grouped
   // ncclCommFinalize for owned communicators, then local destruction). Clears *transports.

@@ -24,6 +24,11 @@ uint64_t now_ns() {
 }
 }  // namespace
 
+Status refused_after_failure_across_processes(const std::string& failure) {
+  return Status(StatusCode::kAborted, "run: an earlier run failed with peers in other processes (" + failure +
+                                          "); their counters cannot be reset from here: re-create the layer on every rank");
+}
+
 std::string describe(const ErrorRecord& e, const plan::Plan& plan) {
   std::ostringstream os;
   if (e.kind == uint32_t(ErrorKind::kHostAbort)) os << "run aborted by the host: ";
@@ -249,9 +254,7 @@ Status CpuExecutor::run() {
   for (size_t i = 0; i < buffers_.size(); ++i)
     KOSMOS_CHECK(buffers_[i] != nullptr, "CpuExecutor: external buffer '", plan_.buffers[i / plan_.world].name,
                  "' of rank ", i % plan_.world, " is not bound");
-  if (!failed_across_processes_.empty())
-    return Status(StatusCode::kAborted, "run: an earlier run failed with peers in other processes (" + failed_across_processes_ +
-                                            "); their counters cannot be reset from here: re-create the layer on every rank");
+  if (!failed_across_processes_.empty()) return refused_after_failure_across_processes(failed_across_processes_);
   std::vector<uint32_t> order;
   if (options_.stress) {
     order = plan::random_topological_order(plan_, options_.seed * 31 + run_count_);
@@ -280,7 +283,7 @@ Status CpuExecutor::run() {
     const std::string what = describe(error_, plan_);
     const bool across = std::find(local_ranks_.begin(), local_ranks_.end(), false) != local_ranks_.end();
     if (across) failed_across_processes_ = what;
-    return Status(code, what + (across ? " (peers run in other processes: this executor runs no more; re-create the layer on every rank)" : ""));
+    return Status(code, what + (across ? kFailedAcrossProcessesNote : ""));
   }
   ++epoch_;
   return Status::ok();

@@ -220,10 +220,7 @@ Status GpuExecutor::run(cudaStream_t stream) {
   for (size_t i = 0; i < impl_->host_buffer_table.size(); ++i)
     KOSMOS_CHECK(impl_->host_buffer_table[i] != nullptr, "run: external buffer '", plan_.buffers[i / plan_.world].name,
                  "' of rank ", i % plan_.world, " is not bound");
-  if (!impl_->failed_across_processes.empty())
-    return Status(StatusCode::kAborted, "run: an earlier run failed with peers in other processes (" +
-                                            impl_->failed_across_processes +
-                                            "); their counters cannot be reset from here: re-create the layer on every rank");
+  if (!impl_->failed_across_processes.empty()) return refused_after_failure_across_processes(impl_->failed_across_processes);
   if (plan_.tasks.empty()) return Status::ok();
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid_);
@@ -264,7 +261,7 @@ Status GpuExecutor::finish(cudaStream_t stream) {
   const StatusCode code = rec.kind == uint32_t(ErrorKind::kHostAbort) ? StatusCode::kAborted : StatusCode::kTimeout;
   const std::string what = rec.task_id == kNoSlot ? std::string("run aborted by the host between tasks") : describe(rec, plan_);
   if (across_processes) im.failed_across_processes = what;
-  return Status(code, what + (across_processes ? " (peers run in other processes: this executor runs no more; re-create the layer on every rank)" : ""));
+  return Status(code, what + (across_processes ? kFailedAcrossProcessesNote : ""));
 }
 
 Status GpuExecutor::use_transport(const std::vector<uint64_t*>& counter_arrays, const std::vector<bool>& local_ranks) {

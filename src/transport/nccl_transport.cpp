@@ -436,6 +436,15 @@ Status NcclTransport::abort() {
   return s;
 }
 
+void NcclTransport::abort_and_exit(const std::string& message) {
+  std::fprintf(stderr, "kosmos: rank %d of %d: %s\n", rank_, world_, message.c_str());
+  const Status s = abort();
+  if (!s.is_ok()) std::fprintf(stderr, "kosmos: rank %d: %s\n", rank_, s.to_string().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
 Status NcclTransport::destroy_all(std::vector<std::unique_ptr<NcclTransport>>* transports) {
   KOSMOS_CHECK(transports != nullptr, "destroy_all: null");
   Status first;

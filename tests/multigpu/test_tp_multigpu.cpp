@@ -27,12 +27,7 @@ transport::NcclTransport* g_env_transport = nullptr;
 class AbortOnFatalFailure : public ::testing::EmptyTestEventListener {
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.fatally_failed() || g_env_transport == nullptr) return;
-    std::fprintf(stderr, "kosmos: rank %d of %d: fatal test failure; aborting the communicator and exiting\n",
-                 g_env_transport->rank(), g_env_transport->world());
-    (void)g_env_transport->abort();
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
+    g_env_transport->abort_and_exit("fatal test failure; aborting the communicator and exiting");
   }
 };
 class FailFastEnvironment : public ::testing::Environment {
