@@ -38,7 +38,7 @@ enum class MoeBuffer : uint32_t {
   kDown,     // [L, I, H] bf16
   kY,        // [T, H] bf16 output
   kCounts,   // [W, E] int32 workspace
-  kRoute,    // [2E + 2Tk] int32 workspace
+  kRoute,    // [2E + 2Tk + 16E] int32 workspace
   kLayout,   // [2L + E] int32 workspace (group_m | group_offset | send_off)
   kRecvX,    // [W T k, H] bf16 workspace
   kRecvW,    // [W T k] fp32 workspace
@@ -74,6 +74,7 @@ struct MoeConfig {
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count (a multiple of 12 warps)
   int dispatch_slices = 0;            // 0: chosen; else split each expert's rows over this many tasks (<= 255)
+  int route_chunks = 0;               // 0: chosen (about 2048 (token, slot) entries each); else 1..16 route tasks per rank
   // Forward claim order: a GEMM2 step is queued this many GEMM1 steps after the last GEMM1 step it
   // reads (0: chosen: about two waves of GEMM1 tasks in the decode regime, otherwise every step, i.e.
   // the unfused order inside one launch). A step is a claim group of slot runs (ops::moe::SlotSteps).

@@ -21,21 +21,42 @@ T* buf(MoeBufferLookup lookup, const void* ctx, uint32_t b, uint32_t rank) {
 
 void route_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx) {
   const uint32_t s = t.rank, E = a.num_experts, N = a.tokens * a.top_k;
+  const uint32_t chunk = a.a & 0xFFFFu, chunks = std::max(1u, a.a >> 16);
   const int32_t* ids = buf<int32_t>(lookup, ctx, kMoeIds, s);
   int32_t* route = buf<int32_t>(lookup, ctx, kMoeRoute, s);
   int32_t *cnt = route, *start = route + E, *pos = route + 2 * E, *perm = route + 2 * E + N;
-  std::fill(cnt, cnt + E, 0);
-  for (uint32_t i = 0; i < N; ++i) {
+  int32_t* chunk_cnt = route + 2 * E + 2 * N;
+  const uint32_t per_chunk = (N + chunks - 1) / chunks;
+  const uint32_t lo = std::min(N, per_chunk * chunk), hi = std::min(N, lo + per_chunk);
+  auto valid = [&](int32_t e) { return e >= 0 && uint32_t(e) < E; };
+  if (chunks > 1 && a.b != kMoeRouteStageRank) {  // count(s, c)
+    int32_t* mine = chunk_cnt + size_t(chunk) * E;
+    std::fill(mine, mine + E, 0);
+    for (uint32_t i = lo; i < hi; ++i)
+      if (valid(ids[i])) ++mine[ids[i]];
+    return;
+  }
+  // rank(s, c): totals and this chunk's bases from the counts of every chunk (one chunk: count here).
+  std::vector<int32_t> total(E, 0), base(E, 0), first(E, 0);
+  if (chunks == 1) {
+    for (uint32_t i = 0; i < N; ++i)
+      if (valid(ids[i])) ++total[ids[i]];
+  } else {
+    for (uint32_t c = 0; c < chunks; ++c)
+      for (uint32_t e = 0; e < E; ++e) {
+        total[e] += chunk_cnt[size_t(c) * E + e];
+        if (c < chunk) base[e] += chunk_cnt[size_t(c) * E + e];
+      }
+  }
+  for (uint32_t e = 1; e < E; ++e) first[e] = first[e - 1] + total[e - 1];
+  for (uint32_t i = lo; i < hi; ++i) {
     const int32_t e = ids[i];
-    pos[i] = (e >= 0 && uint32_t(e) < E) ? cnt[e]++ : -1;
+    pos[i] = valid(e) ? base[e]++ : -1;
+    if (pos[i] >= 0) perm[first[e] + pos[i]] = int32_t(i);
   }
-  int32_t acc = 0;
-  for (uint32_t e = 0; e < E; ++e) {
-    start[e] = acc;
-    acc += cnt[e];
-  }
-  for (uint32_t i = 0; i < N; ++i)
-    if (pos[i] >= 0) perm[start[ids[i]] + pos[i]] = int32_t(i);
+  if (chunk != 0) return;
+  std::copy(total.begin(), total.end(), cnt);
+  std::copy(first.begin(), first.end(), start);
   for (uint32_t r = 0; r < a.world; ++r) std::memcpy(buf<int32_t>(lookup, ctx, kMoeCounts, r) + size_t(s) * E, cnt, E * 4);
 }
 

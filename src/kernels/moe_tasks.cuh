@@ -4,11 +4,13 @@
 // runtime does __syncthreads + fence + release-add of the task's signals (so plain stores here,
 // local or to a peer's buffer, are published by the signal).
 //
-//   route    one CTA per source rank. Shared memory (the op kernel's dynamic smem): hist[12][E]
-//            int32 (12 KB at E = 256). 12 warps take contiguous entry ranges; pass 1 counts per
-//            warp, a column prefix over warps gives each warp its base per expert, pass 2 walks
-//            the range again in 32-entry batches and ranks equal experts inside a batch with
-//            __match_any_sync: stable (t-major, then j) without a sort.
+//   route    one CTA per (source rank, chunk of the entries, stage). Shared memory (the op kernel's
+//            dynamic smem): hist[12][E] int32 (12 KB at E = 256). 12 warps take contiguous entry
+//            ranges of the chunk; pass 1 counts per warp (the count stage stores the sum and
+//            stops), a column prefix over warps on top of the earlier chunks' counts gives each
+//            warp its base per expert, pass 2 walks the range again in 32-entry batches and ranks
+//            equal experts inside a batch with __match_any_sync: stable (t-major, then j) without
+//            a sort. Chunk 0 of the rank stage writes cnt, start and pushes the counts.
 //   offsets  one CTA per rank; E <= 256 experts, thread 0 does the per-owner prefix (E steps).
 //   dispatch one warp per received row, 16-byte vectors (H % 8 == 0).
 //   combine  one warp per token: lanes 0..k-1 resolve the k source rows, every lane sums 8
@@ -32,16 +34,21 @@ namespace moe_detail {
 __device__ __forceinline__ void route(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx, char* smem,
                                       int num_threads) {
   const uint32_t s = t.rank, E = a.num_experts, N = a.tokens * a.top_k;
+  const uint32_t chunk = a.a & 0xFFFFu, chunks = max(1u, a.a >> 16);
+  const bool count_stage = chunks > 1 && a.b != kMoeRouteStageRank;
   const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
   const int32_t* ids = static_cast<const int32_t*>(ctx.buffer(kMoeIds, s));
   int32_t* route = static_cast<int32_t*>(ctx.buffer(kMoeRoute, s));
   int32_t *cnt = route, *start = route + E, *pos = route + 2 * E, *perm = route + 2 * E + N;
+  int32_t* chunk_cnt = route + 2 * E + 2 * N;                  // [chunks][E]
   int32_t* hist = reinterpret_cast<int32_t*>(smem);           // [num_warps][E]
   int32_t* s_start = hist + size_t(num_warps) * E;             // [E]
   for (uint32_t i = ctx.thread_idx; i < uint32_t(num_warps) * E; i += num_threads) hist[i] = 0;
   __syncthreads();
-  const uint32_t per = (N + num_warps - 1) / num_warps;
-  const uint32_t lo = min(N, per * warp_idx), hi = min(N, lo + per);
+  const uint32_t per_chunk = (N + chunks - 1) / chunks;
+  const uint32_t c_lo = min(N, per_chunk * chunk), c_n = min(N, c_lo + per_chunk) - c_lo;
+  const uint32_t per = (c_n + num_warps - 1) / num_warps;
+  const uint32_t lo = c_lo + min(c_n, per * warp_idx), hi = c_lo + min(c_n, per * warp_idx + per);
   int32_t* my = hist + size_t(warp_idx) * E;
   // Both passes read the warp's ids kRouteAhead batches of 32 at a time: the loads of a group are in
   // flight together instead of one L2 round trip per batch (pass 2's __syncwarp keeps the compiler
@@ -66,15 +73,32 @@ __device__ __forceinline__ void route(const plan::Task& t, const MoeArgs& a, con
       if (ev[u] >= 0) atomicAdd(my + ev[u], 1);
   }
   __syncthreads();
+  if (count_stage) {  // count(s, c): the chunk's per-expert counts, for every rank(s, c')
+    for (uint32_t e = ctx.thread_idx; e < E; e += num_threads) {
+      int32_t run = 0;
+      for (int w = 0; w < num_warps; ++w) run += hist[size_t(w) * E + e];
+      chunk_cnt[size_t(chunk) * E + e] = run;
+    }
+    return;
+  }
+  // Each warp's base per expert: the entries of earlier chunks (written by other CTAs' counts,
+  // acquired by this task's wait: read past L1), then of earlier warps of this chunk.
   for (uint32_t e = ctx.thread_idx; e < E; e += num_threads) {
-    int32_t run = 0;
+    int32_t run = 0, total = 0;
+    if (chunks > 1)
+      for (uint32_t c = 0; c < chunks; ++c) {
+        const int32_t v = __ldcg(chunk_cnt + size_t(c) * E + e);
+        if (c < chunk) run += v;
+        total += v;
+      }
     for (int w = 0; w < num_warps; ++w) {
       const int32_t v = hist[size_t(w) * E + e];
       hist[size_t(w) * E + e] = run;
       run += v;
     }
-    cnt[e] = run;
-    s_start[e] = run;  // temporarily the count
+    if (chunks == 1) total = run;
+    if (chunk == 0) cnt[e] = total;
+    s_start[e] = total;  // temporarily the count
   }
   __syncthreads();
   if (warp_idx == 0) {  // exclusive prefix over E <= 256 experts: 8 per lane, then a warp scan
@@ -97,7 +121,7 @@ __device__ __forceinline__ void route(const plan::Task& t, const MoeArgs& a, con
       const uint32_t e = lane_idx * 8 + j;
       if (e < E) {
         s_start[e] = run;
-        start[e] = run;
+        if (chunk == 0) start[e] = run;
       }
       run += v[j];
     }
@@ -124,6 +148,7 @@ __device__ __forceinline__ void route(const plan::Task& t, const MoeArgs& a, con
       __syncwarp();
     }
   }
+  if (chunk != 0) return;
   __syncthreads();
   for (uint32_t i = ctx.thread_idx; i < a.world * E; i += num_threads) {
     const uint32_t r = i / E, e = i % E;

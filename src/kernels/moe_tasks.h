@@ -11,7 +11,8 @@
 //   kDown    [L, I, H]         bf16   local experts' down projection
 //   kY       [T, H]            bf16   output
 //   kCounts  [W, E]            int32  row s = source s's entries per expert (pushed by s's route)
-//   kRoute   [2E + 2Tk]        int32  cnt[E] | start[E] (exclusive prefix of cnt) | pos[T k] | perm[T k]
+//   kRoute   [2E + 2Tk + CE]   int32  cnt[E] | start[E] (exclusive prefix of cnt) | pos[T k] | perm[T k]
+//                                     | chunk_cnt[C][E] (C = kMaxRouteChunks: route's per-chunk counts)
 //   kLayout  [2L + E]          int32  group_m[L] | group_offset[L] | send_off[E]
 //   kRecvX   [rows_max, H]     bf16   received rows, grouped by local expert (GEMM1's A)
 //   kRecvW   [rows_max]        fp32   router weight of each received row (GEMM2's row scale)
@@ -50,6 +51,10 @@
 //                the same expert, stable (t-major, then j); perm[start[e] + pos] = t k + j. Pushes
 //                cnt into row s of kCounts on EVERY rank (virtual ranks: the same allocation;
 //                across GPUs: peer stores through the buffer table).
+//                Split over C chunks of the T k entries (C = 1: one task does it all): count(s, c)
+//                writes chunk_cnt[c][e] = #entries of chunk c for e; rank(s, c), after every count
+//                of s, ranks chunk c's entries from base Σ_{c' < c} chunk_cnt[c'][e] (the same pos
+//                and perm as one pass), and rank(s, 0) writes cnt, start and pushes the counts.
 //   offsets(r):  from kCounts (all W rows present): group_m[l] = Σ_s counts[s][r L + l],
 //                group_offset = exclusive prefix of group_m; send_off[e] = (row of e's first entry
 //                in its owner d's receive buffer) + Σ_{s' < r} counts[s'][e], i.e. where r's entries
@@ -96,6 +101,8 @@ enum MoeBufferId : uint16_t {
 
 inline constexpr uint32_t kMaxTopK = 16;     // slots per token
 inline constexpr uint32_t kMaxMoeExperts = 256;  // E (route's prefix: 8 experts per lane)
+inline constexpr uint32_t kMaxRouteChunks = 16;  // C: route tasks per source rank and stage
+inline constexpr uint32_t kMoeRouteStageRank = 1u;  // route payload b: 0 = count(s, c), 1 = rank(s, c)
 inline constexpr int32_t kMoeRowAlign = 64;        // backward: group offsets padded to the GEMM k block
 inline constexpr uint32_t kMoeFlagBackward = 1u;   // MoeArgs::flags, see above
 inline constexpr uint32_t kMoeFlagPadRows = 2u;    // forward with saved activations: offsets pad as the backward's
@@ -103,7 +110,9 @@ inline constexpr uint32_t kMoeFlagDyOnly = 4u;     // backward after such a forw
 inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per task
 
 // Payload of every MoE kind (a, b, c: kind-specific, see above).
-//   route: -            offsets: -
+//   route: a = chunk | num_chunks << 16 (num_chunks 0 means 1), b = stage (0 count, 1 rank; with one
+//          chunk there is only the rank stage, which counts for itself)
+//   offsets: -
 //   dispatch: a = destination rank d | slice << 16 | num_slices << 24 (rows i % num_slices == slice;
 //             num_slices 0 means 1), b = first expert (global id), c = one past the last
 //   combine:  b = first token, c = one past the last token

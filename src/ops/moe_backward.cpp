@@ -8,7 +8,8 @@
 //   j = 4  dGU  grouped over K  recv_xᵀ · d_h1                                     -> d_gate_up [L, H, 2I]
 //
 // Counters (same ids on every rank; "total" = what one run signals into it on one rank):
-//   counts      total W        every route(s) signals every rank
+//   counted, routed  total C   route chunks of this rank (as in the forward; without save_activations)
+//   counts      total W        every rank(s, 0) signals every rank
 //   layout      total 1        offsets(r) (padded layout)
 //   arrive_all  total #dispatch tasks into r;  arrive[l] total W   (as in the forward)
 //   g1run[i]    total nH1 + nDA  H1 and dA' tiles of slot run i (nH1 = 0 with save_activations)
@@ -58,7 +59,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
 
   uint32_t c_next = 0;
   const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_ew_all = c_next++,
-                 c_dx_done = c_next++;
+                 c_dx_done = c_next++, c_counted = c_next++, c_routed = c_next++;
   const uint32_t c_arrive = c_next;
   c_next += L;
 
@@ -153,7 +154,8 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
-  add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add,
+  add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed},
+                  moe_args, add,
                   saved);
   // Every later task reads the layout: it waits for offsets, unless the forward left it (saved).
   auto wait_layout = [&](TaskRec& t) {
@@ -244,6 +246,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
       const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
       TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kCombine);
       wait_layout(t);
+      if (!saved) t.waits.push_back({c_routed, plan::kWaitAll});  // reads pos of every route chunk
       t.waits.push_back({c_dx_done, plan::kWaitAll});
     }
 

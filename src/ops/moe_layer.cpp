@@ -2,7 +2,9 @@
 // buffers. Design and the dependency graph: docs/design/moe.md; task math: kernels/moe_tasks.h.
 //
 // Counters (same ids on every rank; "total" = what one run signals into it on one rank):
-//   counts      total W     every route(s) signals every rank: all W rows of kCounts arrived
+//   counted     total C     count(s, c) of this rank's C route chunks (C > 1 only)
+//   routed      total C     rank(s, c): pos and perm of this rank's entries written (dispatch, combine)
+//   counts      total W     every rank(s, 0) signals every rank: all W rows of kCounts arrived
 //   layout      total 1     offsets(r): group_m / group_offset / send_off of r written
 //   arrive_all  total #dispatch tasks into r       (ordering join for GEMM1, see below)
 //   arrive[l]   total W     dispatch(s -> r, block holding l): rows of local expert l from s
@@ -93,7 +95,7 @@ MoeBufferInfo moe_buffer_info(const MoeConfig& c, MoeBuffer b) {
     case MoeBuffer::kDown: return {L * I, H, 2};
     case MoeBuffer::kY: return {T, H, 2};
     case MoeBuffer::kCounts: return {W, E, 4};
-    case MoeBuffer::kRoute: return {1, 2 * E + 2 * T * k, 4};
+    case MoeBuffer::kRoute: return {1, 2 * E + 2 * T * k + int64_t(kernels::kMaxRouteChunks) * E, 4};
     case MoeBuffer::kLayout: return {1, 2 * L + E, 4};
     case MoeBuffer::kRecvX: return {rows_max, H, 2};
     case MoeBuffer::kRecvW: return {rows_max, 1, 4};
@@ -147,6 +149,8 @@ Status validate(const MoeConfig& c) {
                kernels::kMaxTopK);
   KOSMOS_CHECK(c.dispatch_slices >= 0 && c.dispatch_slices <= 255, "MoE dispatch_slices = ", c.dispatch_slices,
                ", expected 0 (chosen) or 1..255");
+  KOSMOS_CHECK(c.route_chunks >= 0 && c.route_chunks <= int(kernels::kMaxRouteChunks), "MoE route_chunks = ",
+               c.route_chunks, ", expected 0 (chosen) or 1..", kernels::kMaxRouteChunks);
   KOSMOS_CHECK(c.gemm1_run >= 0 && c.gemm1_run <= 16 && c.gemm2_run >= 0 && c.gemm2_run <= 16 && c.backward_run >= 0 &&
                    c.backward_run <= 16,
                "MoE gemm1_run = ", c.gemm1_run, ", gemm2_run = ", c.gemm2_run, ", backward_run = ", c.backward_run,
@@ -323,7 +327,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   std::vector<ops::GemmProblemSpec> problems;
   std::vector<std::string> problem_names;
   uint32_t c_next = 0;
-  const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_g2done = c_next++;
+  const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_g2done = c_next++,
+                 c_counted = c_next++, c_routed = c_next++;
   const uint32_t c_arrive = c_next;
   c_next += L;
   kernels::gemm::GemmParams p1{}, p2{};
@@ -409,7 +414,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     return ops::moe::add_task(tasks, kind, rank, args, bytes, phase);
   };
   const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
-      cfg, ctas, {kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive}, moe_args, add);
+      cfg, ctas, {kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args,
+      add);
   auto gemm1 = [&](uint32_t d, uint32_t ri, int nb) {
     const GemmTileArgs a = steps1.tile_args(2 * d, ri, nb);
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
@@ -466,6 +472,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
       const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
       TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kPhaseCombine);
       t.waits.push_back({c_layout, 1});
+      t.waits.push_back({c_routed, plan::kWaitAll});  // reads pos of every chunk
       t.waits.push_back({c_g2done, plan::kWaitAll});
     }
 

@@ -55,11 +55,21 @@ inline TaskRec& add_task(std::vector<TaskRec>& tasks, plan::TaskKind kind, uint3
 struct FrontPhases {
   int route, offsets, dispatch;
 };
-// Counters those tasks signal: counts (every route -> every rank), layout (offsets -> own rank),
-// arrive_all and arrive[l] (dispatch -> destination, per local expert l).
+// Counters those tasks signal: counts (route rank(s, 0) -> every rank), layout (offsets -> own rank),
+// arrive_all and arrive[l] (dispatch -> destination, per local expert l), counted (route count
+// chunks -> own rank) and routed (route rank chunks -> own rank; dispatch and combine wait for it).
 struct FrontCounters {
-  uint32_t counts, layout, arrive_all, arrive;
+  uint32_t counts, layout, arrive_all, arrive, counted, routed;
 };
+
+// Route tasks per source rank and stage: about 2048 (token, slot) entries each (one CTA ranks
+// ~1 entry per ns; at T k = 32768 one task took ~60 us while the other SMs waited), at most
+// kMaxRouteChunks; MoeConfig::route_chunks overrides.
+inline uint32_t route_chunks(const MoeConfig& cfg) {
+  if (cfg.route_chunks > 0) return uint32_t(cfg.route_chunks);
+  const int64_t n = int64_t(cfg.tokens) * cfg.top_k;
+  return uint32_t(std::clamp<int64_t>(n / 2048, 1, kernels::kMaxRouteChunks));
+}
 
 // Route, offsets and dispatch tasks (forward and backward alike; the backward's dispatch also moves
 // dy rows, which its MoeArgs flags say). routed (the backward after a forward that saved its
@@ -75,11 +85,23 @@ template <class Args, class Add>
 DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& ph, const FrontCounters& c, Args&& moe_args,
                      Add&& add, bool routed = false) {
   const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W;
-  for (uint32_t s = 0; s < W && !routed; ++s) {
-    const auto a = moe_args(0, 0, 0);
-    TaskRec& t = add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a), ph.route);
-    for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c.counts, uint16_t(r), 1});
-  }
+  // Route: with C > 1 chunks, C count tasks per rank, then C rank tasks that wait for them; rank
+  // chunk 0 pushes the counts.
+  const uint32_t C = route_chunks(cfg);
+  for (uint32_t stage = C > 1 ? 0 : kernels::kMoeRouteStageRank; stage <= kernels::kMoeRouteStageRank && !routed; ++stage)
+    for (uint32_t ch = 0; ch < C; ++ch)
+      for (uint32_t s = 0; s < W; ++s) {
+        const auto a = moe_args(ch | (C << 16), stage, 0);
+        TaskRec& t = add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a), ph.route);
+        if (stage != kernels::kMoeRouteStageRank) {
+          t.signals.push_back({c.counted, uint16_t(s), 1});
+          continue;
+        }
+        if (C > 1) t.waits.push_back({c.counted, plan::kWaitAll});
+        t.signals.push_back({c.routed, uint16_t(s), 1});
+        if (ch == 0)
+          for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c.counts, uint16_t(r), 1});
+      }
   for (uint32_t r = 0; r < W && !routed; ++r) {
     const auto a = moe_args(0, 0, 0);
     TaskRec& t = add(plan::TaskKind::kMoeOffsets, r, &a, sizeof(a), ph.offsets);
@@ -104,7 +126,10 @@ DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& p
           const uint32_t l1 = std::min(L, l0 + epb);
           const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
           TaskRec& t = add(plan::TaskKind::kMoeDispatch, s, &a, sizeof(a), ph.dispatch);
-          if (!routed) t.waits.push_back({c.layout, 1});
+          if (!routed) {
+            t.waits.push_back({c.layout, 1});
+            t.waits.push_back({c.routed, plan::kWaitAll});  // reads perm of every route chunk of s
+          }
           t.signals.push_back({c.arrive_all, uint16_t(d), 1});
           for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c.arrive + l, uint16_t(d), 1});
         }

@@ -12,7 +12,7 @@ using namespace kosmos::test;
 
 namespace {
 struct ClaimOrder {
-  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0;
+  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 0;
 };
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0, ClaimOrder order = {}) {
@@ -24,6 +24,7 @@ void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, in
   c.gemm2_run = order.gemm2_run;
   c.gemm2_lag = order.gemm2_lag;
   c.gemm2_n_run = order.gemm2_n_run;
+  c.route_chunks = order.route_chunks;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -82,6 +83,17 @@ TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
   for (int n_run : {2, 4, 16}) {
     run_moe(2, 150, 8, 4, Routing::kSkewed, 640, 32, 0, 0, 0, {0, 1, 0, n_run});
     run_moe(1, 37, 8, 8, Routing::kSkewedWithDrops, 640, 48, 0, 0, 0, {1, 1, 1, n_run});
+  }
+}
+
+TEST(MoeCpuShapes, RouteChunksLeaveTheResultUnchanged) {
+  // Route split over C chunks (count, then rank tasks): same pos / perm as one pass, so the
+  // fp64-checked result and the unfused composition's, with drops, empty experts, uneven chunks
+  // and chunks with no entries (C = 16 > T k at T = 3).
+  for (int C : {2, 3, 16}) {
+    run_moe(2, 150, 8, 4, Routing::kSkewedWithDrops, 64, 32, 0, 0, 0, {0, 0, 0, 0, C});
+    run_moe(4, 37, 32, 8, Routing::kUniform, 64, 32, 0, 0, 0, {0, 0, 0, 0, C});
+    run_moe(1, 3, 8, 1, Routing::kSkewed, 64, 32, 0, 0, 0, {0, 0, 0, 0, C});
   }
 }
 
@@ -201,6 +213,10 @@ TEST(MoeCpuErrors, BadConfigsNamed) {
   s = MoeLayer::plan(c, &L);
   EXPECT_NE(s.message().find("top_k = 17"), std::string::npos) << s.message();
   c.top_k = 2;
+  c.route_chunks = 17;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("route_chunks = 17"), std::string::npos) << s.message();
+  c.route_chunks = 0;
   c.tokens = 0;
   s = MoeLayer::plan(c, &L);
   EXPECT_NE(s.message().find("tokens = 0"), std::string::npos) << s.message();

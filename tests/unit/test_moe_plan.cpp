@@ -4,6 +4,8 @@
 // the makespan-only choice ran in runs of 7) and from the makespan model at W > 1.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "kernels/gemm/gemm_host.h"
 #include "ops/moe_plan.h"
 
@@ -99,4 +101,80 @@ TEST(MoeCombineCut, TokensPerTaskFillEveryWarp) {
       EXPECT_EQ(tpt % uint32_t(ops::kOpKernelWarps), 0u) << ctas << " " << tokens;
       EXPECT_GE(tpt, 1u);
     }
+}
+
+TEST(MoeRouteChunks, ChosenFromTheEntriesAndCapped) {
+  MoeConfig c;
+  c.tokens = 4096;
+  c.top_k = 8;
+  EXPECT_EQ(route_chunks(c), 16u);  // 32768 entries: 2048 each
+  c.tokens = 128;
+  EXPECT_EQ(route_chunks(c), 1u);   // decode sizes keep one task
+  c.tokens = 1024;
+  EXPECT_EQ(route_chunks(c), 4u);
+  c.tokens = 1 << 20;
+  EXPECT_EQ(route_chunks(c), kernels::kMaxRouteChunks);
+  c.route_chunks = 3;
+  EXPECT_EQ(route_chunks(c), 3u);
+}
+
+TEST(MoeRouteChunks, DispatchWaitsForEveryChunk) {
+  // Every rank task of s waits for all of s's count tasks; dispatch of s waits for the routed
+  // counter of s, which exactly the C rank tasks of s signal; only rank chunk 0 pushes counts.
+  for (uint32_t C : {1u, 2u, 5u}) {
+    MoeConfig c;
+    c.world = 3;
+    c.num_experts = 6;
+    c.top_k = 2;
+    c.tokens = 50;
+    c.route_chunks = int(C);
+    std::vector<TaskRec> tasks;
+    const FrontCounters fc{0, 1, 2, 10, 3, 4};  // counts, layout, arrive_all, arrive, counted, routed
+    auto moe_args = [](uint32_t a, uint32_t b, uint32_t cc) {
+      kernels::MoeArgs m{};
+      m.a = a, m.b = b, m.c = cc;
+      return m;
+    };
+    auto add = [&](plan::TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
+      return add_task(tasks, kind, rank, args, bytes, phase);
+    };
+    add_front_tasks(c, 8, {0, 1, 2}, fc, moe_args, add);
+    auto has_wait = [](const TaskRec& t, uint32_t counter) {
+      for (const auto& w : t.waits)
+        if (w.counter == counter && w.target == plan::kWaitAll) return true;
+      return false;
+    };
+    std::vector<uint32_t> counted(3, 0), routed(3, 0), counts(3, 0);
+    uint32_t routes = 0, dispatches = 0;
+    for (const TaskRec& t : tasks) {
+      for (const auto& s : t.signals) {
+        if (s.counter == fc.counted || s.counter == fc.routed) EXPECT_EQ(s.rank, t.rank);
+        if (s.counter == fc.counted) counted[s.rank] += s.amount;
+        if (s.counter == fc.routed) routed[s.rank] += s.amount;
+        if (s.counter == fc.counts) counts[s.rank] += s.amount;
+      }
+      if (t.kind == plan::TaskKind::kMoeRoute) {
+        ++routes;
+        kernels::MoeArgs a;
+        std::memcpy(&a, t.args, sizeof(a));
+        EXPECT_EQ(a.a >> 16, C);
+        const bool rank_stage = C == 1 || a.b == kernels::kMoeRouteStageRank;
+        EXPECT_EQ(has_wait(t, fc.counted), C > 1 && rank_stage) << "C=" << C;
+        bool pushes = false;
+        for (const auto& s : t.signals) pushes |= s.counter == fc.counts;
+        EXPECT_EQ(pushes, rank_stage && (a.a & 0xFFFFu) == 0) << "C=" << C;
+      }
+      if (t.kind == plan::TaskKind::kMoeDispatch) {
+        ++dispatches;
+        EXPECT_TRUE(has_wait(t, fc.routed)) << "C=" << C;
+      }
+    }
+    EXPECT_EQ(routes, (C > 1 ? 2 : 1) * C * 3);
+    EXPECT_GT(dispatches, 0u);
+    for (uint32_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(counted[r], C > 1 ? C : 0u) << "C=" << C;
+      EXPECT_EQ(routed[r], C) << "C=" << C;
+      EXPECT_EQ(counts[r], 3u) << "C=" << C;  // one push per source rank
+    }
+  }
 }
