@@ -141,10 +141,42 @@ inline std::vector<double> reference_moe(const MoeHost& h, int r) {
   return y;
 }
 
-// "" or the first rank whose output misses the reference (NaN never passes).
+// "" or what differs in rank r's route workspace (kRoute: cnt | start | pos | perm) from the
+// definition: counts per expert, their exclusive prefix, each entry's rank among its expert's
+// entries in (t, j) order (-1 for a dropped slot), and perm[start[e] + pos] = t k + j. Stability is
+// invisible in the outputs (any bijection gives the same sums), so it is checked here.
+inline std::string check_route(MoeLayer& L, const MoeHost& h, int r) {
+  const MoeConfig& c = h.cfg;
+  const int64_t E = c.num_experts, N = int64_t(c.tokens) * c.top_k;
+  std::vector<int32_t> got(size_t(2 * E + 2 * N));
+  from_layer(c, got.data(), L.buffer(MoeBuffer::kRoute, r), got.size() * 4);
+  std::vector<int32_t> cnt(size_t(E), 0), start(size_t(E), 0), pos(size_t(N), -1), perm(size_t(N), 0);
+  const auto& ids = h.ids[size_t(r)];
+  for (int64_t i = 0; i < N; ++i)
+    if (ids[size_t(i)] >= 0 && ids[size_t(i)] < E) pos[size_t(i)] = cnt[size_t(ids[size_t(i)])]++;
+  for (int64_t e = 1; e < E; ++e) start[size_t(e)] = start[size_t(e - 1)] + cnt[size_t(e - 1)];
+  for (int64_t i = 0; i < N; ++i)
+    if (pos[size_t(i)] >= 0) perm[size_t(start[size_t(ids[size_t(i)])] + pos[size_t(i)])] = int32_t(i);
+  const int64_t used = start.empty() ? 0 : start.back() + cnt.back();
+  auto differ = [&](const char* what, const int32_t* g, const std::vector<int32_t>& want, int64_t n) -> std::string {
+    for (int64_t i = 0; i < n; ++i)
+      if (g[i] != want[size_t(i)])
+        return "route workspace of rank " + std::to_string(r) + ": " + what + "[" + std::to_string(i) + "] = " +
+               std::to_string(g[i]) + ", expected " + std::to_string(want[size_t(i)]);
+    return "";
+  };
+  for (auto e : {differ("cnt", got.data(), cnt, E), differ("start", got.data() + E, start, E),
+                 differ("pos", got.data() + 2 * E, pos, N), differ("perm", got.data() + 2 * E + N, perm, used)})
+    if (!e.empty()) return e;
+  return "";
+}
+
+// "" or the first rank whose output misses the reference (NaN never passes), or whose route
+// workspace is not the definition's.
 inline std::string check_moe(MoeLayer& L, MoeHost& h, double tol = 1e-2, int only_rank = -1) {
   for (int r = 0; r < h.cfg.world; ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
+    if (auto e = check_route(L, h, r); !e.empty()) return e;
     h.y[r] = read_y(L, r);
     const auto ref = reference_moe(h, r);
     double num = 0, den = 0;
