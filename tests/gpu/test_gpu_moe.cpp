@@ -18,9 +18,10 @@ namespace {
 // gemm2_n_run > 0: one-slot GEMM2 runs, each task walking that many n tiles along N; combine_tpt > 0:
 // tokens per combine task.
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-             int gemm2_n_run = 0, int combine_tpt = 0) {
+             int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.combine_tokens_per_task = combine_tpt;
+  c.route_chunks = route_chunks;
   if (gemm2_n_run > 0) {
     c.gemm2_run = 1;
     c.gemm2_n_run = gemm2_n_run;
@@ -64,6 +65,15 @@ TEST_P(GpuMoe, MatchesFp64AndUnfusedBitForBit) {
   run_moe(W, 1, 256, 128, 16, 2, routing);     // one token
   run_moe(W, 200, 512, 256, 32, 8, routing);   // several slots per expert, E = 32, k = 8
   run_moe(W, 77, 264, 136, 8, 4, routing);     // H, I not multiples of the tile widths
+}
+
+TEST(GpuMoeRouteChunks, SameOutputsAndRouteWorkspace) {
+  // Route split into count and rank tasks on the device: outputs against fp64 and the unfused
+  // composition, and (check_moe) every rank's pos / perm equal to the one-pass definition.
+  SKIP_WITHOUT_GPU();
+  run_moe(1, 200, 512, 256, 32, 8, Routing::kSkewedWithDrops, 0, 0, 0, 5);
+  run_moe(8, 77, 264, 136, 16, 4, Routing::kUniform, 0, 0, 0, 16);
+  run_moe(2, 1024, 256, 128, 64, 8, Routing::kSkewed);  // chosen: 8192 entries, 4 chunks
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GpuMoe,
