@@ -62,9 +62,9 @@ struct FrontCounters {
   uint32_t counts, layout, arrive_all, arrive, counted, routed;
 };
 
-// Route tasks per source rank and stage: about 2048 (token, slot) entries each (one CTA ranks
-// ~1 entry per ns; at T k = 32768 one task took ~60 us while the other SMs waited), at most
-// kMaxRouteChunks; MoeConfig::route_chunks overrides.
+// Route tasks per source rank and stage: MoeConfig::route_chunks, or when it is 0, about 2048
+// (token, slot) entries each (at T k = 32768 one task took ~60 us while the other SMs waited), at
+// most kMaxRouteChunks.
 inline uint32_t route_chunks(const MoeConfig& cfg) {
   if (cfg.route_chunks > 0) return uint32_t(cfg.route_chunks);
   const int64_t n = int64_t(cfg.tokens) * cfg.top_k;

@@ -18,7 +18,7 @@ namespace {
 // gemm2_n_run > 0: one-slot GEMM2 runs, each task walking that many n tiles along N; combine_tpt > 0:
 // tokens per combine task.
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-             int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 0) {
+             int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 1) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.combine_tokens_per_task = combine_tpt;
   c.route_chunks = route_chunks;
@@ -73,7 +73,7 @@ TEST(GpuMoeRouteChunks, SameOutputsAndRouteWorkspace) {
   SKIP_WITHOUT_GPU();
   run_moe(1, 200, 512, 256, 32, 8, Routing::kSkewedWithDrops, 0, 0, 0, 5);
   run_moe(8, 77, 264, 136, 16, 4, Routing::kUniform, 0, 0, 0, 16);
-  run_moe(2, 1024, 256, 128, 64, 8, Routing::kSkewed);  // chosen: 8192 entries, 4 chunks
+  run_moe(2, 1024, 256, 128, 64, 8, Routing::kSkewed, 0, 0, 0, 0);  // chosen: 8192 entries, 4 chunks
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GpuMoe,

@@ -105,6 +105,8 @@ TEST(MoeCombineCut, TokensPerTaskFillEveryWarp) {
 
 TEST(MoeRouteChunks, ChosenFromTheEntriesAndCapped) {
   MoeConfig c;
+  EXPECT_EQ(c.route_chunks, 1);  // one route task per rank unless asked
+  c.route_chunks = 0;
   c.tokens = 4096;
   c.top_k = 8;
   EXPECT_EQ(route_chunks(c), 16u);  // 32768 entries: 2048 each
