@@ -37,7 +37,7 @@ namespace {
 using kernels::gemm::GemmTileArgs;
 using plan::TaskKind;
 constexpr int kBM = kernels::gemm::kGemmBlockM;
-enum Phase { kRoute, kOffsets, kDispatch, kGemm1, kSwiglu, kGemm2, kCombine, kNumPhases };
+enum Phase { kRouteCount, kRoute, kOffsets, kDispatch, kGemm1, kSwiglu, kGemm2, kCombine, kNumPhases };
 constexpr int kNumProblems = 5;  // per rank
 enum Problem { kH1 = 0, kDAct = 1, kDX = 2, kDDown = 3, kDGateUp = 4 };
 }  // namespace
@@ -53,9 +53,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   // (problem 5d + kH1 stays in the list, unused, so the indices hold). The unfused composition then
   // has 5 launches (empty phases are left out).
   const bool saved = cfg.save_activations;
-  dp.phase_names = {"route", "offsets", saved ? "dispatch (dy)" : "dispatch", saved ? "dA'" : "H1 + dA'", "swiglu_backward",
+  dp.phase_names = {"route count", "route", "offsets", saved ? "dispatch (dy)" : "dispatch", saved ? "dA'" : "H1 + dA'", "swiglu_backward",
                     "dX + dDown + dGateUp", "combine"};
-  static_assert(kNumPhases == 7, "one name per phase");
+  static_assert(kNumPhases == 8, "one name per phase");
 
   uint32_t c_next = 0;
   const uint32_t c_counts = c_next++, c_layout = c_next++, c_arrive_all = c_next++, c_ew_all = c_next++,
@@ -154,7 +154,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
-  add_front_tasks(cfg, ctas, {kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed},
+  add_front_tasks(cfg, ctas, {kRouteCount, kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed},
                   moe_args, add,
                   saved);
   // Every later task reads the layout: it waits for offsets, unless the forward left it (saved).

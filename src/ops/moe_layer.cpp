@@ -130,7 +130,7 @@ namespace {
 using kernels::gemm::GemmTileArgs;
 using plan::TaskKind;
 constexpr int kBM = kernels::gemm::kGemmBlockM;
-enum Phase { kPhaseRoute, kPhaseOffsets, kPhaseDispatch, kPhaseGemm1, kPhaseGemm2, kPhaseCombine, kNumPhases };
+enum Phase { kPhaseRouteCount, kPhaseRoute, kPhaseOffsets, kPhaseDispatch, kPhaseGemm1, kPhaseGemm2, kPhaseCombine, kNumPhases };
 
 using ops::moe::TaskRec;
 
@@ -414,7 +414,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     return ops::moe::add_task(tasks, kind, rank, args, bytes, phase);
   };
   const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
-      cfg, ctas, {kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args,
+      cfg, ctas, {kPhaseRouteCount, kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args,
       add);
   auto gemm1 = [&](uint32_t d, uint32_t ri, int nb) {
     const GemmTileArgs a = steps1.tile_args(2 * d, ri, nb);
@@ -483,8 +483,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   fwd.problems = std::move(problems);
   fwd.problem_names = std::move(problem_names);
   fwd.num_counters = c_next;
-  fwd.phase_names = {"route", "offsets", "dispatch", "GEMM1 gate_up+SwiGLU", "GEMM2 down", "combine"};
-  static_assert(kNumPhases == 6, "one name per phase");
+  fwd.phase_names = {"route count", "route", "offsets", "dispatch", "GEMM1 gate_up+SwiGLU", "GEMM2 down", "combine"};
+  static_assert(kNumPhases == 7, "one name per phase");
   KOSMOS_RETURN_IF_ERROR(make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused,
                                       &impl->tasks_unfused, &impl->labels, &impl->phase_names, &impl->phase_labels));
   std::string backward_summary;

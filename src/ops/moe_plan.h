@@ -52,8 +52,10 @@ inline TaskRec& add_task(std::vector<TaskRec>& tasks, plan::TaskKind kind, uint3
 }
 
 // Phases of the tasks both directions start with.
+// route_count holds the count tasks of a split route (none with one chunk, so no launch): the unfused
+// composition has no counters, only launch boundaries between phases.
 struct FrontPhases {
-  int route, offsets, dispatch;
+  int route_count, route, offsets, dispatch;
 };
 // Counters those tasks signal: counts (route rank(s, 0) -> every rank), layout (offsets -> own rank),
 // arrive_all and arrive[l] (dispatch -> destination, per local expert l), counted (route count
@@ -92,7 +94,7 @@ DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& p
     for (uint32_t ch = 0; ch < C; ++ch)
       for (uint32_t s = 0; s < W; ++s) {
         const auto a = moe_args(ch | (C << 16), stage, 0);
-        TaskRec& t = add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a), ph.route);
+        TaskRec& t = add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a), stage == kernels::kMoeRouteStageRank ? ph.route : ph.route_count);
         if (stage != kernels::kMoeRouteStageRank) {
           t.signals.push_back({c.counted, uint16_t(s), 1});
           continue;

@@ -95,6 +95,19 @@ TEST(MoeCpuShapes, RouteChunksLeaveTheResultUnchanged) {
     run_moe(4, 37, 32, 8, Routing::kUniform, 64, 32, 0, 0, 0, {0, 0, 0, 0, C});
     run_moe(1, 3, 8, 1, Routing::kSkewed, 64, 32, 0, 0, 0, {0, 0, 0, 0, C});
   }
+  // The unfused composition has no counters: the count tasks need their own launch before the rank
+  // tasks (on the GPU they ran together and the ranks read half-written counts; this executor ran
+  // them in order and could not see it). One chunk: no count launch.
+  for (int C : {1, 4}) {
+    MoeConfig c = moe_config(2, 150, 64, 32, 8, 4, true);
+    c.route_chunks = C;
+    std::unique_ptr<MoeLayer> L;
+    ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+    const auto names = L->phase_names(false);
+    ASSERT_FALSE(names.empty());
+    EXPECT_EQ(names.front(), C > 1 ? "route count" : "route") << C;
+    EXPECT_EQ(names.size(), C > 1 ? 7u : 6u) << C;
+  }
 }
 
 TEST(MoeCpuShapes, Gemm2RunsAlongNArePlanned) {

@@ -140,7 +140,7 @@ TEST(MoeRouteChunks, DispatchWaitsForEveryChunk) {
     auto add = [&](plan::TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
       return add_task(tasks, kind, rank, args, bytes, phase);
     };
-    add_front_tasks(c, 8, {0, 1, 2}, fc, moe_args, add);
+    add_front_tasks(c, 8, {0, 1, 2, 3}, fc, moe_args, add);
     auto has_wait = [](const TaskRec& t, uint32_t counter) {
       for (const auto& w : t.waits)
         if (w.counter == counter && w.target == plan::kWaitAll) return true;
