@@ -55,7 +55,8 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing, transport = "local";
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 1, gemm1_run = 0, gemm2_run = 0, gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 1, gemm1_run = 0, gemm2_run = 0,
+        gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
   };

@@ -161,8 +161,8 @@ inline std::string check_route(MoeLayer& L, const MoeHost& h, int r) {
   auto differ = [&](const char* what, const int32_t* g, const std::vector<int32_t>& want, int64_t n) -> std::string {
     for (int64_t i = 0; i < n; ++i)
       if (g[i] != want[size_t(i)])
-        return "route workspace of rank " + std::to_string(r) + ": " + what + "[" + std::to_string(i) + "] = " +
-               std::to_string(g[i]) + ", expected " + std::to_string(want[size_t(i)]);
+        return "route workspace of rank " + std::to_string(r) + ": " + what + "[" + std::to_string(i) +
+               "] = " + std::to_string(g[i]) + ", expected " + std::to_string(want[size_t(i)]);
     return "";
   };
   for (auto e : {differ("cnt", got.data(), cnt, E), differ("start", got.data() + E, start, E),

@@ -40,7 +40,7 @@ __device__ __forceinline__ void route(const plan::Task& t, const MoeArgs& a, con
   const int32_t* ids = static_cast<const int32_t*>(ctx.buffer(kMoeIds, s));
   int32_t* route = static_cast<int32_t*>(ctx.buffer(kMoeRoute, s));
   int32_t *cnt = route, *start = route + E, *pos = route + 2 * E, *perm = route + 2 * E + N;
-  int32_t* chunk_cnt = route + 2 * E + 2 * N;                  // [chunks][E]
+  int32_t* chunk_cnt = route + 2 * E + 2 * N;                 // [chunks][E]
   int32_t* hist = reinterpret_cast<int32_t*>(smem);           // [num_warps][E]
   int32_t* s_start = hist + size_t(num_warps) * E;             // [E]
   for (uint32_t i = ctx.thread_idx; i < uint32_t(num_warps) * E; i += num_threads) hist[i] = 0;

@@ -53,8 +53,14 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   // (problem 5d + kH1 stays in the list, unused, so the indices hold). The unfused composition then
   // has 5 launches (empty phases are left out).
   const bool saved = cfg.save_activations;
-  dp.phase_names = {"route count", "route", "offsets", saved ? "dispatch (dy)" : "dispatch", saved ? "dA'" : "H1 + dA'", "swiglu_backward",
-                    "dX + dDown + dGateUp", "combine"};
+  dp.phase_names = {"route count",
+                    "route",
+                    "offsets",
+                    saved ? "dispatch (dy)" : "dispatch",
+                    saved ? "dA'" : "H1 + dA'",
+                    "swiglu_backward",
+                    "dX + dDown + dGateUp",
+                    "combine"};
   static_assert(kNumPhases == 8, "one name per phase");
 
   uint32_t c_next = 0;
@@ -154,9 +160,8 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
-  add_front_tasks(cfg, ctas, {kRouteCount, kRoute, kOffsets, kDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed},
-                  moe_args, add,
-                  saved);
+  add_front_tasks(cfg, ctas, {kRouteCount, kRoute, kOffsets, kDispatch},
+                  {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args, add, saved);
   // Every later task reads the layout: it waits for offsets, unless the forward left it (saved).
   auto wait_layout = [&](TaskRec& t) {
     if (!saved) t.waits.push_back({c_layout, 1});

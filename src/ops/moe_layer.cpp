@@ -95,7 +95,8 @@ MoeBufferInfo moe_buffer_info(const MoeConfig& c, MoeBuffer b) {
     case MoeBuffer::kDown: return {L * I, H, 2};
     case MoeBuffer::kY: return {T, H, 2};
     case MoeBuffer::kCounts: return {W, E, 4};
-    case MoeBuffer::kRoute: return {1, 2 * E + 2 * T * k + int64_t(kernels::kMaxRouteChunks) * E, 4};
+    case MoeBuffer::kRoute:
+      return {1, 2 * E + 2 * T * k + int64_t(kernels::kMaxRouteChunks) * E, 4};
     case MoeBuffer::kLayout: return {1, 2 * L + E, 4};
     case MoeBuffer::kRecvX: return {rows_max, H, 2};
     case MoeBuffer::kRecvW: return {rows_max, 1, 4};
@@ -130,7 +131,16 @@ namespace {
 using kernels::gemm::GemmTileArgs;
 using plan::TaskKind;
 constexpr int kBM = kernels::gemm::kGemmBlockM;
-enum Phase { kPhaseRouteCount, kPhaseRoute, kPhaseOffsets, kPhaseDispatch, kPhaseGemm1, kPhaseGemm2, kPhaseCombine, kNumPhases };
+enum Phase {
+  kPhaseRouteCount,
+  kPhaseRoute,
+  kPhaseOffsets,
+  kPhaseDispatch,
+  kPhaseGemm1,
+  kPhaseGemm2,
+  kPhaseCombine,
+  kNumPhases
+};
 
 using ops::moe::TaskRec;
 
@@ -149,8 +159,8 @@ Status validate(const MoeConfig& c) {
                kernels::kMaxTopK);
   KOSMOS_CHECK(c.dispatch_slices >= 0 && c.dispatch_slices <= 255, "MoE dispatch_slices = ", c.dispatch_slices,
                ", expected 0 (chosen) or 1..255");
-  KOSMOS_CHECK(c.route_chunks >= 0 && c.route_chunks <= int(kernels::kMaxRouteChunks), "MoE route_chunks = ",
-               c.route_chunks, ", expected 0 (chosen) or 1..", kernels::kMaxRouteChunks);
+  KOSMOS_CHECK(c.route_chunks >= 0 && c.route_chunks <= int(kernels::kMaxRouteChunks),
+               "MoE route_chunks = ", c.route_chunks, ", expected 0 (chosen) or 1..", kernels::kMaxRouteChunks);
   KOSMOS_CHECK(c.gemm1_run >= 0 && c.gemm1_run <= 16 && c.gemm2_run >= 0 && c.gemm2_run <= 16 && c.backward_run >= 0 &&
                    c.backward_run <= 16,
                "MoE gemm1_run = ", c.gemm1_run, ", gemm2_run = ", c.gemm2_run, ", backward_run = ", c.backward_run,
@@ -413,9 +423,9 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(tasks, kind, rank, args, bytes, phase);
   };
-  const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
-      cfg, ctas, {kPhaseRouteCount, kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args,
-      add);
+  const ops::moe::DispatchCut cut =
+      ops::moe::add_front_tasks(cfg, ctas, {kPhaseRouteCount, kPhaseRoute, kPhaseOffsets, kPhaseDispatch},
+                                {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args, add);
   auto gemm1 = [&](uint32_t d, uint32_t ri, int nb) {
     const GemmTileArgs a = steps1.tile_args(2 * d, ri, nb);
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);

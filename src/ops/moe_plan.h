@@ -89,21 +89,22 @@ DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& p
   const uint32_t W = uint32_t(cfg.world), E = uint32_t(cfg.num_experts), L = E / W;
   // Route: with C > 1 chunks, C count tasks per rank, then C rank tasks that wait for them; rank
   // chunk 0 pushes the counts.
-  const uint32_t C = route_chunks(cfg);
-  for (uint32_t stage = C > 1 ? 0 : kernels::kMoeRouteStageRank; stage <= kernels::kMoeRouteStageRank && !routed; ++stage)
-    for (uint32_t ch = 0; ch < C; ++ch)
-      for (uint32_t s = 0; s < W; ++s) {
-        const auto a = moe_args(ch | (C << 16), stage, 0);
-        TaskRec& t = add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a), stage == kernels::kMoeRouteStageRank ? ph.route : ph.route_count);
-        if (stage != kernels::kMoeRouteStageRank) {
-          t.signals.push_back({c.counted, uint16_t(s), 1});
-          continue;
-        }
-        if (C > 1) t.waits.push_back({c.counted, plan::kWaitAll});
-        t.signals.push_back({c.routed, uint16_t(s), 1});
-        if (ch == 0)
-          for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c.counts, uint16_t(r), 1});
-      }
+  const uint32_t C = routed ? 0 : route_chunks(cfg);
+  auto route_task = [&](uint32_t stage, uint32_t ch, uint32_t s) -> TaskRec& {
+    const auto a = moe_args(ch | (C << 16), stage, 0);
+    return add(plan::TaskKind::kMoeRoute, s, &a, sizeof(a),
+               stage == kernels::kMoeRouteStageRank ? ph.route : ph.route_count);
+  };
+  for (uint32_t ch = 0; C > 1 && ch < C; ++ch)
+    for (uint32_t s = 0; s < W; ++s) route_task(0, ch, s).signals.push_back({c.counted, uint16_t(s), 1});
+  for (uint32_t ch = 0; ch < C; ++ch)
+    for (uint32_t s = 0; s < W; ++s) {
+      TaskRec& t = route_task(kernels::kMoeRouteStageRank, ch, s);
+      if (C > 1) t.waits.push_back({c.counted, plan::kWaitAll});
+      t.signals.push_back({c.routed, uint16_t(s), 1});
+      if (ch == 0)
+        for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c.counts, uint16_t(r), 1});
+    }
   for (uint32_t r = 0; r < W && !routed; ++r) {
     const auto a = moe_args(0, 0, 0);
     TaskRec& t = add(plan::TaskKind::kMoeOffsets, r, &a, sizeof(a), ph.offsets);

@@ -111,7 +111,7 @@ TEST(MoeRouteChunks, ChosenFromTheEntriesAndCapped) {
   c.top_k = 8;
   EXPECT_EQ(route_chunks(c), 16u);  // 32768 entries: 2048 each
   c.tokens = 128;
-  EXPECT_EQ(route_chunks(c), 1u);   // decode sizes keep one task
+  EXPECT_EQ(route_chunks(c), 1u);  // decode sizes keep one task
   c.tokens = 1024;
   EXPECT_EQ(route_chunks(c), 4u);
   c.tokens = 1 << 20;
