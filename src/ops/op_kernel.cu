@@ -45,6 +45,39 @@ struct RuntimeGemmWaiter {
   // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
   // must have been written, not only read from shared memory, before the runtime's release.
   __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
+
+  // Ring carry (gemm_tile.cuh): where the k blocks loaded for the CTA's next task are recorded;
+  // null when the launch does not carry (claim-ahead off for bodies, or ring_carry = 0).
+  __device__ __forceinline__ kernels::gemm::GemmRingCarry* ring_carry() const {
+    return ctx->ahead != nullptr && ctx->p->ring_carry ? &ctx->ahead->ring : nullptr;
+  }
+  // After loads_issued(), every lane of the producer warp: the CTA's next task, when it was claimed
+  // ahead with every task-level wait met and is a GEMM tile of this launch (its problem and args).
+  const plan::Task* next = nullptr;
+  GemmWaitRule next_rule;
+  __device__ __forceinline__ bool next_tile(const kernels::gemm::GemmParams*& q, kernels::gemm::GemmTileArgs& a) {
+    if (ring_carry() == nullptr) return false;
+    const uint32_t slot = ctx->ahead->slot;
+    if (slot == runtime::kNotClaimed || slot == runtime::kNoSlot || !ctx->ahead->ready) return false;
+    const plan::Task& t = ctx->p->tasks[slot];
+    if (t.kind != plan::TaskKind::kGemmTile) return false;
+    const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx->body);
+    a = t.args<kernels::gemm::GemmTileArgs>();
+    q = &body.problems[a.problem];
+    next = &t;
+    next_rule = body.rules[a.problem];
+    return true;
+  }
+  // Whether the next task's k block (m_block, k_block) may be loaded now: its operand counter
+  // (the rule of operator()) is already complete. One acquire load, no spinning.
+  __device__ __forceinline__ bool next_ready(int m_block, int k_block) const {
+    const GemmWaitRule& r = next_rule;
+    if (r.counter_base == GemmWaitRule::kNoWait) return true;
+    if (r.join_counter != GemmWaitRule::kNoWait && ctx->counter_complete(*next, r.join_counter)) return true;
+    const uint32_t c = r.counter_base + (r.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / r.m_rows : 0u) +
+                       (r.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / r.k_rows : 0u);
+    return ctx->counter_complete(*next, c);
+  }
 };
 
 struct OpBody {

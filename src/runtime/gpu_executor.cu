@@ -180,6 +180,9 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
     p.claim_ahead = uint32_t(std::strtoul(env, nullptr, 10));
   KOSMOS_CHECK(p.claim_ahead <= kClaimAheadAlways, "GpuOptions::claim_ahead must be 0, 1 or 2 (got ", p.claim_ahead,
                "; KOSMOS_CLAIM_AHEAD overrides it)");
+  p.ring_carry = options.ring_carry ? 1u : 0u;
+  if (const char* env = std::getenv("KOSMOS_RING_CARRY"); env != nullptr && *env != '\0')
+    p.ring_carry = std::strtoul(env, nullptr, 10) != 0 ? 1u : 0u;
   *out = std::move(ex);
   return Status::ok();
 }

@@ -18,7 +18,8 @@ namespace {
 // gemm2_n_run > 0: one-slot GEMM2 runs, each task walking that many n tiles along N; combine_tpt > 0:
 // tokens per combine task.
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-             int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 1) {
+             int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 1,
+             std::vector<std::vector<uint16_t>>* y_out = nullptr) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.combine_tokens_per_task = combine_tpt;
   c.route_chunks = route_chunks;
@@ -54,6 +55,7 @@ void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routi
   cudaStreamDestroy(st);
   for (int r = 0; r < W; ++r)
     EXPECT_TRUE(read_y(*L, r) == fused[r]) << what << ": fused y of rank " << r << " differs from the unfused composition";
+  if (y_out) *y_out = std::move(fused);
 }
 }  // namespace
 
@@ -225,5 +227,32 @@ TEST(GpuMoeClaimAhead, EveryModeSameOutputs) {
     SCOPED_TRACE(std::string("KOSMOS_CLAIM_AHEAD=") + claim);
     run_moe(8, 200, 512, 256, 32, 8, Routing::kSkewed);
     run_moe_backward(1, 200, 512, 256, 32, 8, Routing::kSkewedWithDrops);
+  }
+}
+
+// The ring carry (gemm_tile.cuh, "Ring carry"): a GEMM tile loads its CTA's next GEMM tile's first
+// k blocks under its own epilogue when that task was claimed ahead and its operands are ready.
+// One-slot GEMM runs (every GEMM task a candidate), K past one ring (GEMM1, 8 k blocks) and at or
+// below it (GEMM2: 4, and 3 at I = 136, the whole tile carried); GEMM1 -> GEMM1, GEMM1 -> GEMM2
+// (waiting on h) and GEMM2 -> GEMM2 hand-overs. Each run is checked against fp64 and the unfused
+// composition; the fused y must also be the same bit for bit with and without the carry. The
+// backward (dX, grouped-K weight gradients) runs both ways against fp64.
+TEST(GpuRingCarry, SameOutputsWithAndWithout) {
+  SKIP_WITHOUT_GPU();
+  struct Case { int W; int64_t T, H, I; int E, k; Routing r; };
+  for (const Case& c : {Case{8, 200, 512, 256, 32, 8, Routing::kSkewed}, Case{1, 77, 264, 136, 8, 4, Routing::kSkewed},
+                        Case{1, 300, 512, 256, 16, 8, Routing::kUniform}}) {
+    std::vector<std::vector<uint16_t>> y[2];
+    for (int on : {0, 1}) {
+      ScopedEnv e("KOSMOS_RING_CARRY", on ? "1" : "0");
+      SCOPED_TRACE(std::string("KOSMOS_RING_CARRY=") + (on ? "1" : "0") + " W=" + std::to_string(c.W) +
+                   " T=" + std::to_string(c.T) + " I=" + std::to_string(c.I));
+      run_moe(c.W, c.T, c.H, c.I, c.E, c.k, c.r, 0, 0, 0, 1, &y[on]);
+      if (c.W == 1) run_moe_backward(1, c.T, c.H, c.I, c.E, c.k, Routing::kSkewedWithDrops);
+    }
+    ASSERT_EQ(y[0].size(), size_t(c.W));
+    for (int r = 0; r < c.W; ++r)
+      EXPECT_TRUE(y[0][size_t(r)] == y[1][size_t(r)]) << "W=" << c.W << " T=" << c.T << ": y of rank " << r
+                                                       << " differs with the ring carry";
   }
 }

@@ -543,18 +543,28 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   const int wg_idx = thread_idx / 128;
   const int count = static_cast<int>(a.count);
 
+  // Ring carry: the previous task of this CTA may have loaded this call's first k blocks already
+  // (read by every thread before the barrier below; the producer's claim_next clears it after).
+  GemmRingCarry carry_in{0u, 0u, 0u};
+  if constexpr (requires { wait.ring_carry(); }) {
+    const GemmRingCarry* c = wait.ring_carry();
+    if (c != nullptr && c->loads > 0) carry_in = *c;
+  }
   if (thread_idx == 0) {
     if (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) & 1023u) __trap();  // see TileConfig::kSmemBytes
     // The producer thread's first TMA needs both descriptors: start fetching them now, under the
     // barrier init and __syncthreads (a one-wave GEMM pays the fetch once per CTA on its critical path).
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_a));
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_b));
+    // A carried ring is mid-flight: its barriers keep their phases (the loads complete on them).
+    if (carry_in.loads == 0) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      cutlass::arch::ClusterBarrier::init(&full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
+      for (int s = 0; s < kStages; ++s) {
+        cutlass::arch::ClusterBarrier::init(&full[s], 1);
+        cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
+      }
+      cutlass::arch::fence_barrier_init();
     }
-    cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
   static_assert(!kPairB || (!kAMn && !kBMn), "kPairB: A row-major, B [N, K] only");
@@ -564,7 +574,44 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp_idx == 0) {
       const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
+      // The producer thread: waits until the consumers released ring stage walk.stage, expects k
+      // block kb's bytes on its full barrier and issues its TMA loads (those not resident).
+      auto load_k_block = [&](const GemmParams& q, const TileCoord& t, int kb, int kept, bool skip_a, bool skip_b,
+                              StageWalk<kStages>& walk) {
+        const int stage = walk.stage;
+        cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
+        const uint32_t bytes =
+            (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) + (skip_b ? 0u : uint32_t(Cfg::kStageBytesB));
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
+        T* sa = smem_a + (kept == kKeepA ? kb : stage) * (kBM * kBK);
+        T* sb = smem_b + (kept == kKeepB ? kb : stage) * (kBN * kBK);
+        const int k0 = t.k_base + kb * kBK;
+        if (skip_a) {
+          // A of this k block is resident (an earlier tile of the run loaded it).
+        } else if constexpr (kAMn) {
+#pragma unroll
+          for (int j = 0; j < kBM / 64; ++j)
+            SM90_TMA_LOAD_2D::copy(&q.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
+        } else {
+          SM90_TMA_LOAD_2D::copy(&q.tma_a, &full[stage], hint, sa, k0, t.a_row0);
+        }
+        if (skip_b) {
+          // B likewise.
+        } else if constexpr (kPairB) {
+          if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
+            SM90_TMA_LOAD_MULTICAST_3D::copy(&q.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
+        } else if constexpr (kBMn) {
+#pragma unroll
+          for (int j = 0; j < kBN / 64; ++j)
+            SM90_TMA_LOAD_3D::copy(&q.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
+        } else {
+          SM90_TMA_LOAD_3D::copy(&q.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
+        }
+        walk.advance();
+      };
       StageWalk<kStages> walk;
+      walk.stage = static_cast<int>(carry_in.stage);
+      walk.phase = carry_in.phase;
       for (int i = 0; i < count; ++i) {
         const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
@@ -576,9 +623,11 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
 #pragma unroll
             for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
           }
-          for (int kb = 0; kb < t.num_kb; ++kb) {
-            const int stage = walk.stage;
-            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
+          // The first tile's carried k blocks are in flight already (their waits were checked).
+          const int carried = i == 0 ? static_cast<int>(carry_in.loads) : 0;
+#pragma unroll 1
+          for (int kb = 0; kb < carried; ++kb) walk.advance();
+          for (int kb = carried; kb < t.num_kb; ++kb) {
             if (kb == 0) KOSMOS_GEMM_MARK(1, 4);
             if (kb == t.num_kb - 1) KOSMOS_GEMM_MARK(1, 5);
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
@@ -587,34 +636,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
               wait(t.wait_m, kb);
               fence_proxy_async_global();
             }
-            const uint32_t bytes =
-                (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) + (skip_b ? 0u : uint32_t(Cfg::kStageBytesB));
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
-            T* sa = smem_a + (kept == kKeepA ? kb : stage) * (kBM * kBK);
-            T* sb = smem_b + (kept == kKeepB ? kb : stage) * (kBN * kBK);
-            const int k0 = t.k_base + kb * kBK;
-            if (skip_a) {
-              // A of this k block is resident (an earlier tile of the run loaded it).
-            } else if constexpr (kAMn) {
-#pragma unroll
-              for (int j = 0; j < kBM / 64; ++j)
-                SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
-            } else {
-              SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa, k0, t.a_row0);
-            }
-            if (skip_b) {
-              // B likewise.
-            } else if constexpr (kPairB) {
-              if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
-                SM90_TMA_LOAD_MULTICAST_3D::copy(&p.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
-            } else if constexpr (kBMn) {
-#pragma unroll
-              for (int j = 0; j < kBN / 64; ++j)
-                SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
-            } else {
-              SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
-            }
-            walk.advance();
+            load_k_block(p, t, kb, kept, skip_a, skip_b, walk);
           }
           KOSMOS_GEMM_NEXT(1);
         }
@@ -624,6 +646,35 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       // overlaps the consumers' last k-blocks and epilogue (the runtime claims the next task).
       if constexpr (requires { wait.loads_issued(); }) {
         if (lane_idx == 0) wait.loads_issued();
+      }
+      // Ring carry: when the CTA's next task (just claimed) is a ready GEMM tile of this shape and
+      // these operand majors, load its first k blocks now, into the stages the consumers release
+      // as their last k blocks finish, so that they are in flight under this task's epilogue and
+      // the runtime's hop instead of after it. Only k blocks whose operand waits are already met
+      // (checked without spinning), never a resident operand (the next call starts without one).
+      if constexpr (requires { wait.ring_carry(); }) {
+        __syncwarp();  // lane 0's claim (shared memory) before every lane reads it
+        const GemmParams* nq = nullptr;
+        GemmTileArgs na{};
+        if (walk.kept == kKeepNone && wait.next_tile(nq, na) && nq->tile_shape == p.tile_shape &&
+            ((nq->layout ^ p.layout) & (kGemmAColMajor | kGemmBTransposed)) == 0) {
+          const TileCoord nt = resolve_tile<kBN>(*nq, na, 0, lane_idx);
+          StageWalk<kStages> fresh;
+          bool load_kept, drain;
+          const bool none_kept = fresh.template start_tile<kKeep>(*nq, nt, na, load_kept, drain) == kKeepNone;
+          if (lane_idx == 0 && nt.valid && none_kept) {
+            const int most = nt.num_kb < kStages ? nt.num_kb : kStages;
+            int n = 0;
+            while (n < most && wait.next_ready(nt.wait_m, n)) ++n;
+            if (n > 0) {
+              fence_proxy_async_global();  // the readiness checks' acquires before the TMA reads
+              const GemmRingCarry c{static_cast<uint32_t>(n), static_cast<uint32_t>(walk.stage), walk.phase};
+#pragma unroll 1
+              for (int kb = 0; kb < n; ++kb) load_k_block(*nq, nt, kb, kKeepNone, false, false, walk);
+              *wait.ring_carry() = c;
+            }
+          }
+        }
       }
     }
     if constexpr (kSetMaxNReg) {
@@ -657,6 +708,8 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     const bool signal_thread = (ct % 128) == 0;
 
     StageWalk<kStages> walk;
+    walk.stage = static_cast<int>(carry_in.stage);
+    walk.phase = carry_in.phase;
     for (int i = 0; i < count; ++i) {
       const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
