@@ -29,15 +29,20 @@
 //   mbarriers. 128x256: 4 stages x 48 KB -> 229,440 B;  128x128: 6 x 32 KB -> 229,472 B;  128x64:
 //   8 x 24 KB -> 229,504 B (kGemmSmemBytesMax); with the op kernel's 2 KB of static shared memory
 //   231,552 of the 232,448 B a CTA may have. Nothing in shared memory survives the call.
-// Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
-// carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
+// Sync protocol (per call; barriers are re-initialised at the start of every call that nothing was
+// carried into, see the ring carry below): thread 0 inits full (count 1) / empty (count 2 = one arrive per
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. With kGemmKeepOperands a tile of at most one ring of
 // k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
 // (StageWalk: the producer loads only the other operand, and drains the ring before the resident
-// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
+// areas change). Every TMA load issued in a call is consumed in the same call, except under the
+// ring carry: after its last load (and the runtime's claim of the CTA's next task) the producer may
+// load the next task's first k blocks when that task is a ready GEMM tile of the same tile shape and
+// operand majors, whose operand waits are already met; it records them (GemmRingCarry, in the
+// runtime's shared memory), and the next call -- always the CTA's next task -- keeps the barriers
+// and the ring position instead of initialising them, and skips those loads. Each consumer
 // warp's lane 0 waits before the call returns until its TMA stores have read the staging and,
 // when the hook's outputs_awaited() says another task waits for this one's outputs, until they are
 // written (wait_group 0, then fence.proxy.async.global), so the runtime's release of the task's
