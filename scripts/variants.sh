@@ -13,7 +13,9 @@
 #                                            and nccl-tests steps on NAME's binaries (those packed)
 #   scripts/variants.sh ab NAME1 NAME2 ...   on the device: `bench moe` cases (CASES, default below),
 #                                            ROUNDS rounds (default 2), the first with --phase-times;
-#                                            one line per run: fused / unfused ms, phase times
+#                                            one line per run: fused / unfused ms, phase times.
+#                                            NAME@VAR=VALUE runs NAME's binary with that environment
+#                                            variable set (an A/B inside one build)
 #
 # Device call (carry only the packed binaries):
 #   run(command="scripts/variants.sh tests all-candidates", carry=["build/variants"])
@@ -82,7 +84,7 @@ case "$cmd" in
     L=/tmp/variants-logs; mkdir -p $L
     trap '[ -n "${OUT:-}" ] && tar czf "$OUT/variants-logs.tgz" -C "$L" .' EXIT
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > $L/gpu.txt 2>&1
-    for name in "$@"; do unpack "$name" kosmos > /dev/null || exit 1; done
+    for name in "$@"; do unpack "${name%%@*}" kosmos > /dev/null || exit 1; done
     # case = tag:bench moe arguments (spaces as commas)
     CASES=${CASES:-"qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations q128:--model,qwen3-235b,--tokens,128,--skip-cublas"}
     for round in $(seq 1 "${ROUNDS:-2}"); do
@@ -91,7 +93,8 @@ case "$cmd" in
         for name in "$@"; do
           ph=""; [ "$round" = 1 ] && ph=--phase-times
           # shellcheck disable=SC2086
-          timeout 300 "$(unpack "$name" kosmos)" bench moe $args $ph > $L/$tag-$name-$round.txt 2>&1
+          envs=(); [[ $name == *@* ]] && envs=("${name#*@}")
+          timeout 300 env "${envs[@]}" "$(unpack "${name%%@*}" kosmos)" bench moe $args $ph > $L/$tag-$name-$round.txt 2>&1
           res=$(grep -E '^  (un)?fused( backward)? \(' $L/$tag-$name-$round.txt | awk '{printf "%s=%s ", $1, $(NF-2)}')
           # no times: say why (the run's last line)
           [ -n "$res" ] || res="NO RESULT: $(tail -1 $L/$tag-$name-$round.txt)"

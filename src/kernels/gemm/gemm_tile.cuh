@@ -569,6 +569,10 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
       }
       cutlass::arch::fence_barrier_init();
+      // The previous task may have used this shared memory through the generic proxy (the MoE
+      // bodies' row tables, another tile shape's staging); the runtime's barrier after it orders
+      // those accesses before this thread, and this fence orders them before its TMA writes.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
   }
   __syncthreads();
