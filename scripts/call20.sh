@@ -12,8 +12,8 @@ scripts/variants.sh tests carry > "$OUT/tests-carry.txt" 2>&1
 echo "tests rc=$? ($(($(date +%s) - start)) s)"
 grep -E "tests passed|tests failed|FAILED|\[  PASSED|\[  FAILED" "$OUT/tests-carry.txt" | sort | uniq -c | head -30
 if [ "$(left)" -gt 200 ]; then
-  ROUNDS=2 CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas qfs:--model,qwen3-235b,--tokens,4096,--skip-cublas,--route-chunks,0 df:--model,deepseek-v3,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations" \
-    timeout $(($(left) - 60)) scripts/variants.sh ab main carry
+  ROUNDS=2 CASES="qfs:--model,qwen3-235b,--tokens,4096,--skip-cublas,--route-chunks,0 dfs:--model,deepseek-v3,--tokens,4096,--skip-cublas,--route-chunks,0 qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations" \
+    timeout $(($(left) - 60)) scripts/variants.sh ab main carry@KOSMOS_RING_CARRY=0 carry
   echo "ab done ($(($(date +%s) - start)) s)"
 fi
 K=/tmp/kosmos-variants/carry/kosmos
