@@ -74,9 +74,10 @@ struct MoeConfig {
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count (a multiple of 12 warps)
   int dispatch_slices = 0;            // 0: chosen; else split each expert's rows over this many tasks (<= 255)
-  // Route tasks per rank: 1 (default: one task, as measured), 0: chosen (about 2048 (token, slot)
-  // entries each, at most 16; not yet timed on a GPU, docs/perf-notes.md), else 1..16.
-  int route_chunks = 1;
+  // Route tasks per rank: 0 (default): chosen, about 2048 (token, slot) entries each, at most 16
+  // (one below 4096 entries; Qwen3-235B T = 4096: 16, 0.045 ms faster than one, docs/perf-notes.md,
+  // twentieth session); else 1..16.
+  int route_chunks = 0;
   // Forward claim order: a GEMM2 step is queued this many GEMM1 steps after the last GEMM1 step it
   // reads (0: chosen: about two waves of GEMM1 tasks in the decode regime, otherwise every step, i.e.
   // the unfused order inside one launch). A step is a claim group of slot runs (ops::moe::SlotSteps).

@@ -18,7 +18,7 @@ namespace {
 // gemm2_n_run > 0: one-slot GEMM2 runs, each task walking that many n tiles along N; combine_tpt > 0:
 // tokens per combine task.
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-             int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 1,
+             int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 0,
              std::vector<std::vector<uint16_t>>* y_out = nullptr) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.combine_tokens_per_task = combine_tpt;
@@ -247,7 +247,7 @@ TEST(GpuRingCarry, SameOutputsWithAndWithout) {
       ScopedEnv e("KOSMOS_RING_CARRY", on ? "1" : "0");
       SCOPED_TRACE(std::string("KOSMOS_RING_CARRY=") + (on ? "1" : "0") + " W=" + std::to_string(c.W) +
                    " T=" + std::to_string(c.T) + " I=" + std::to_string(c.I));
-      run_moe(c.W, c.T, c.H, c.I, c.E, c.k, c.r, 0, 0, 0, 1, &y[on]);
+      run_moe(c.W, c.T, c.H, c.I, c.E, c.k, c.r, 0, 0, 0, 0, &y[on]);
       if (c.W == 1) run_moe_backward(1, c.T, c.H, c.I, c.E, c.k, Routing::kSkewedWithDrops);
     }
     ASSERT_EQ(y[0].size(), size_t(c.W));

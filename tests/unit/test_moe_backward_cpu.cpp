@@ -13,7 +13,7 @@ using namespace kosmos::test;
 namespace {
 
 void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0,
-                  int dw_tile_n = 0, int route_chunks = 1) {
+                  int dw_tile_n = 0, int route_chunks = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.route_chunks = route_chunks;
   c.backward = true;

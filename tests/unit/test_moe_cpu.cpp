@@ -12,7 +12,7 @@ using namespace kosmos::test;
 
 namespace {
 struct ClaimOrder {
-  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 1;
+  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 0;
 };
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0, ClaimOrder order = {}) {
