@@ -49,7 +49,12 @@ struct RuntimeGemmWaiter {
   // Ring carry (gemm_tile.cuh): where the k blocks loaded for the CTA's next task are recorded;
   // null when the launch does not carry (claim-ahead off for bodies, or ring_carry = 0).
   __device__ __forceinline__ kernels::gemm::GemmRingCarry* ring_carry() const {
-    return ctx->ahead != nullptr && ctx->p->ring_carry ? &ctx->ahead->ring : nullptr;
+    return ctx->ahead != nullptr && ctx->p->ring_carry != 0 ? &ctx->ahead->ring : nullptr;
+  }
+  // How many k blocks at most (the ring's depth unless the launch caps it).
+  __device__ __forceinline__ int ring_carry_depth(int stages) const {
+    const int d = int(ctx->p->ring_carry_depth);
+    return d > 0 && d < stages ? d : stages;
   }
   // After loads_issued(), every lane of the producer warp: the CTA's next task, when it was claimed
   // ahead with every task-level wait met and is a GEMM tile of this launch (its problem and args).

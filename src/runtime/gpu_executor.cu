@@ -183,6 +183,9 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   p.ring_carry = options.ring_carry ? 1u : 0u;
   if (const char* env = std::getenv("KOSMOS_RING_CARRY"); env != nullptr && *env != '\0')
     p.ring_carry = std::strtoul(env, nullptr, 10) != 0 ? 1u : 0u;
+  p.ring_carry_depth = options.ring_carry_depth;
+  if (const char* env = std::getenv("KOSMOS_RING_CARRY_DEPTH"); env != nullptr && *env != '\0')
+    p.ring_carry_depth = uint32_t(std::strtoul(env, nullptr, 10));
   *out = std::move(ex);
   return Status::ok();
 }

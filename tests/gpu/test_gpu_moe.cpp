@@ -242,17 +242,20 @@ TEST(GpuRingCarry, SameOutputsWithAndWithout) {
   struct Case { int W; int64_t T, H, I; int E, k; Routing r; };
   for (const Case& c : {Case{8, 200, 512, 256, 32, 8, Routing::kSkewed}, Case{1, 77, 264, 136, 8, 4, Routing::kSkewed},
                         Case{1, 300, 512, 256, 16, 8, Routing::kUniform}}) {
-    std::vector<std::vector<uint16_t>> y[2];
-    for (int on : {0, 1}) {
-      ScopedEnv e("KOSMOS_RING_CARRY", on ? "1" : "0");
-      SCOPED_TRACE(std::string("KOSMOS_RING_CARRY=") + (on ? "1" : "0") + " W=" + std::to_string(c.W) +
-                   " T=" + std::to_string(c.T) + " I=" + std::to_string(c.I));
-      run_moe(c.W, c.T, c.H, c.I, c.E, c.k, c.r, 0, 0, 0, 0, &y[on]);
-      if (c.W == 1) run_moe_backward(1, c.T, c.H, c.I, c.E, c.k, Routing::kSkewedWithDrops);
+    std::vector<std::vector<uint16_t>> y[4];
+    const char* modes[4][2] = {{"0", "0"}, {"1", "0"}, {"1", "1"}, {"1", "3"}};  // on, depth (0: a ring)
+    for (int m = 0; m < 4; ++m) {
+      ScopedEnv e("KOSMOS_RING_CARRY", modes[m][0]), d("KOSMOS_RING_CARRY_DEPTH", modes[m][1]);
+      SCOPED_TRACE(std::string("KOSMOS_RING_CARRY=") + modes[m][0] + " depth " + modes[m][1] + " W=" +
+                   std::to_string(c.W) + " T=" + std::to_string(c.T) + " I=" + std::to_string(c.I));
+      run_moe(c.W, c.T, c.H, c.I, c.E, c.k, c.r, 0, 0, 0, 0, &y[m]);
+      if (c.W == 1 && m > 0) run_moe_backward(1, c.T, c.H, c.I, c.E, c.k, Routing::kSkewedWithDrops);
     }
-    ASSERT_EQ(y[0].size(), size_t(c.W));
-    for (int r = 0; r < c.W; ++r)
-      EXPECT_TRUE(y[0][size_t(r)] == y[1][size_t(r)]) << "W=" << c.W << " T=" << c.T << ": y of rank " << r
-                                                       << " differs with the ring carry";
+    for (int m = 1; m < 4; ++m) {
+      ASSERT_EQ(y[m].size(), size_t(c.W));
+      for (int r = 0; r < c.W; ++r)
+        EXPECT_TRUE(y[0][size_t(r)] == y[m][size_t(r)]) << "W=" << c.W << " T=" << c.T << ": y of rank " << r
+                                                         << " differs with ring carry mode " << modes[m][0];
+    }
   }
 }

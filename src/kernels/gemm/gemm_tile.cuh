@@ -656,31 +656,38 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if constexpr (requires { wait.loads_issued(); }) {
         if (lane_idx == 0) wait.loads_issued();
       }
-      // Ring carry: when the CTA's next task (just claimed) is a ready GEMM tile of this shape and
-      // these operand majors, load its first k blocks now, into the stages the consumers release
-      // as their last k blocks finish, so that they are in flight under this task's epilogue and
-      // the runtime's hop instead of after it. Only k blocks whose operand waits are already met
-      // (checked without spinning), never a resident operand (the next call starts without one).
-      if constexpr (requires { wait.ring_carry(); }) {
-        __syncwarp();  // lane 0's claim (shared memory) before every lane reads it
-        const GemmParams* nq = nullptr;
-        GemmTileArgs na{};
-        if (walk.kept == kKeepNone && wait.next_tile(nq, na) && nq->tile_shape == p.tile_shape &&
-            ((nq->layout ^ p.layout) & (kGemmAColMajor | kGemmBTransposed)) == 0) {
-          const TileCoord nt = resolve_tile<kBN>(*nq, na, 0, lane_idx);
-          StageWalk<kStages> fresh;
-          bool load_kept, drain;
-          const bool none_kept = fresh.template start_tile<kKeep>(*nq, nt, na, load_kept, drain) == kKeepNone;
-          if (lane_idx == 0 && nt.valid && none_kept) {
-            const int most = nt.num_kb < kStages ? nt.num_kb : kStages;
-            int n = 0;
-            while (n < most && wait.next_ready(nt.wait_m, n)) ++n;
-            if (n > 0) {
-              fence_proxy_async_global();  // the readiness checks' acquires before the TMA reads
-              const GemmRingCarry c{static_cast<uint32_t>(n), static_cast<uint32_t>(walk.stage), walk.phase};
+      // Warp 0's share of the barrier below: past it the consumers are done with this task.
+      if constexpr (kSetMaxNReg) named_barrier_sync(kRegsBarrier, 384);
+      // Ring carry: the consumers are done (their stores read, and written when awaited); when the
+      // CTA's next task (claimed by loads_issued) is a ready GEMM tile of this shape and these
+      // operand majors, load its first k blocks into the ring now, so that they are in flight
+      // during the runtime's hop instead of after it. Only k blocks whose operand waits are already
+      // met (checked without spinning), never a resident operand (the next call starts without
+      // one). Warp 0, all lanes. (Loading them right after this task's last load, under its
+      // epilogue, was measured slower: docs/design/gemm.md, "Ring carry".)
+      if constexpr (kSetMaxNReg && requires { wait.ring_carry(); }) {
+        if (wait.ring_carry() != nullptr) {
+          __syncwarp();  // lane 0's claim (shared memory) before every lane reads it
+          const GemmParams* nq = nullptr;
+          GemmTileArgs na{};
+          if (walk.kept == kKeepNone && wait.next_tile(nq, na) && nq->tile_shape == p.tile_shape &&
+              ((nq->layout ^ p.layout) & (kGemmAColMajor | kGemmBTransposed)) == 0) {
+            const TileCoord nt = resolve_tile<kBN>(*nq, na, 0, lane_idx);
+            StageWalk<kStages> fresh;
+            bool load_kept, drain;
+            const bool none_kept = fresh.template start_tile<kKeep>(*nq, nt, na, load_kept, drain) == kKeepNone;
+            if (lane_idx == 0 && nt.valid && none_kept) {
+              const int depth = wait.ring_carry_depth(kStages);
+              const int most = nt.num_kb < depth ? nt.num_kb : depth;
+              int n = 0;
+              while (n < most && wait.next_ready(nt.wait_m, n)) ++n;
+              if (n > 0) {
+                fence_proxy_async_global();  // the readiness checks' acquires before the TMA reads
+                const GemmRingCarry c{static_cast<uint32_t>(n), static_cast<uint32_t>(walk.stage), walk.phase};
 #pragma unroll 1
-              for (int kb = 0; kb < n; ++kb) load_k_block(*nq, nt, kb, kKeepNone, false, false, walk);
-              *wait.ring_carry() = c;
+                for (int kb = 0; kb < n; ++kb) load_k_block(*nq, nt, kb, kKeepNone, false, false, walk);
+                *wait.ring_carry() = c;
+              }
             }
           }
         }
@@ -692,7 +699,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       // warps could wait forever. So the producer warpgroup re-grows only after both consumer
       // warpgroups have shrunk back (named barrier kRegsBarrier; it also orders this warpgroup's
       // dec and inc as setmaxnreg requires).
-      named_barrier_sync(kRegsBarrier, 384);
+      if (warp_idx != 0) named_barrier_sync(kRegsBarrier, 384);  // warp 0 synced above
       cutlass::arch::warpgroup_reg_alloc<kEntryRegs>();
     }
   } else {
