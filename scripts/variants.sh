@@ -63,6 +63,9 @@ case "$cmd" in
     { git rev-parse HEAD; git status --short | grep -v '^??' | head -5; } > "$V/$name/commit.txt"
     echo "packed $name ($(head -1 "$V/$name/commit.txt")): $(ls "$V/$name" | tr '\n' ' ')"
     ;;
+  unpack)  # NAME BIN: the path of NAME's unpacked BIN (on the device)
+    unpack "$1" "$2"
+    ;;
   list)
     for d in "$V"/*/; do
       [ -d "$d" ] && echo "$(basename "$d"): $(head -1 "$d/commit.txt") $(cd "$d" && ls *.xz | tr '\n' ' ')"
