@@ -60,6 +60,7 @@ struct RuntimeGemmWaiter {
   // ahead with every task-level wait met and is a GEMM tile of this launch (its problem and args).
   const plan::Task* next = nullptr;
   GemmWaitRule next_rule;
+  bool next_acquired = false;  // an acquire (the claim's task-level waits, next_ready's) precedes the loads
   __device__ __forceinline__ bool next_tile(const kernels::gemm::GemmParams*& q, kernels::gemm::GemmTileArgs& a) {
     if (ring_carry() == nullptr) return false;
     const uint32_t slot = ctx->ahead->slot;
@@ -71,13 +72,17 @@ struct RuntimeGemmWaiter {
     q = &body.problems[a.problem];
     next = &t;
     next_rule = body.rules[a.problem];
+    next_acquired = t.num_waits > 0;
     return true;
   }
   // Whether the next task's k block (m_block, k_block) may be loaded now: its operand counter
   // (the rule of operator()) is already complete. One acquire load, no spinning.
-  __device__ __forceinline__ bool next_ready(int m_block, int k_block) const {
+  // next_carry_acquired(): whether the loads must follow a fence.proxy.async.global.
+  __device__ __forceinline__ bool next_carry_acquired() const { return next_acquired; }
+  __device__ __forceinline__ bool next_ready(int m_block, int k_block) {
     const GemmWaitRule& r = next_rule;
     if (r.counter_base == GemmWaitRule::kNoWait) return true;
+    next_acquired = true;
     if (r.join_counter != GemmWaitRule::kNoWait && ctx->counter_complete(*next, r.join_counter)) return true;
     const uint32_t c = r.counter_base + (r.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / r.m_rows : 0u) +
                        (r.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / r.k_rows : 0u);

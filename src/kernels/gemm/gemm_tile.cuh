@@ -682,7 +682,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
               int n = 0;
               while (n < most && wait.next_ready(nt.wait_m, n)) ++n;
               if (n > 0) {
-                fence_proxy_async_global();  // the readiness checks' acquires before the TMA reads
+                // The claim's and the readiness checks' acquires before the TMA reads (none: no fence;
+                // the fence waits for this CTA's bulk stores still in flight).
+                if (wait.next_carry_acquired()) fence_proxy_async_global();
                 const GemmRingCarry c{static_cast<uint32_t>(n), static_cast<uint32_t>(walk.stage), walk.phase};
 #pragma unroll 1
                 for (int kb = 0; kb < n; ++kb) load_k_block(*nq, nt, kb, kKeepNone, false, false, walk);
