@@ -38,11 +38,12 @@
 // k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
 // (StageWalk: the producer loads only the other operand, and drains the ring before the resident
 // areas change). Every TMA load issued in a call is consumed in the same call, except under the
-// ring carry: after its last load (and the runtime's claim of the CTA's next task) the producer may
-// load the next task's first k blocks when that task is a ready GEMM tile of the same tile shape and
-// operand majors, whose operand waits are already met; it records them (GemmRingCarry, in the
-// runtime's shared memory), and the next call -- always the CTA's next task -- keeps the barriers
-// and the ring position instead of initialising them, and skips those loads. Each consumer
+// ring carry (off by default; docs/design/gemm.md, "Ring carry"): once the consumers are done, the
+// producer may load the CTA's next task's first k blocks when that task (claimed ahead) is a ready
+// GEMM tile of the same tile shape and operand majors whose operand waits are already met; it
+// records them (GemmRingCarry, in the runtime's shared memory), and the next call -- always the
+// CTA's next task -- keeps the barriers and the ring position instead of initialising them, and
+// skips those loads. Each consumer
 // warp's lane 0 waits before the call returns until its TMA stores have read the staging and,
 // when the hook's outputs_awaited() says another task waits for this one's outputs, until they are
 // written (wait_group 0, then fence.proxy.async.global), so the runtime's release of the task's
@@ -663,8 +664,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       // operand majors, load its first k blocks into the ring now, so that they are in flight
       // during the runtime's hop instead of after it. Only k blocks whose operand waits are already
       // met (checked without spinning), never a resident operand (the next call starts without
-      // one). Warp 0, all lanes. (Loading them right after this task's last load, under its
-      // epilogue, was measured slower: docs/design/gemm.md, "Ring carry".)
+      // one). Warp 0, all lanes, at 56 registers (holding the producer's state across the other
+      // warps' barrier below spilled kernel-wide). Measured slower so far, in this form and under
+      // the epilogue (docs/design/gemm.md, "Ring carry").
       if constexpr (kSetMaxNReg && requires { wait.ring_carry(); }) {
         if (wait.ring_carry() != nullptr) {
           __syncwarp();  // lane 0's claim (shared memory) before every lane reads it
