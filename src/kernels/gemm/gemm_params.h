@@ -78,10 +78,10 @@ enum class GemmTileShape : uint32_t {
   k128x64 = 2,   // 8 stages x 24 KB (small M x N problems: more tiles for the SMs)
   kAuto = 0xffffffffu,
 };
-// Ring carry (gemm_tile.cuh, "Ring carry"): the k blocks of a CTA's next GEMM task that its
-// previous task's producer already loaded into the ring, under that task's last k blocks and
-// epilogue. Lives in the runtime's shared memory (AheadClaim::ring); loads == 0: nothing carried,
-// the next tile initialises its ring afresh.
+// Ring carry (gemm_tile.cuh; off by default): the k blocks of a CTA's next GEMM task that its
+// previous task's producer already loaded into the ring after that task's epilogue. Lives in the
+// runtime's shared memory (AheadClaim::ring); loads == 0: nothing carried, the next tile
+// initialises its ring afresh.
 struct GemmRingCarry {
   uint32_t loads;  // k blocks of the next task's first tile issued (its first `loads`)
   uint32_t stage;  // the ring stage of the first of them
