@@ -160,8 +160,8 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(dp.tasks, kind, rank, args, bytes, phase);
   };
-  add_front_tasks(cfg, ctas, {kRouteCount, kRoute, kOffsets, kDispatch},
-                  {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args, add, saved);
+  const FrontCounters front{c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed};
+  add_front_tasks(cfg, ctas, {kRouteCount, kRoute, kOffsets, kDispatch}, front, moe_args, add, saved);
   // Every later task reads the layout: it waits for offsets, unless the forward left it (saved).
   auto wait_layout = [&](TaskRec& t) {
     if (!saved) t.waits.push_back({c_layout, 1});
@@ -251,7 +251,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
       const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
       TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kCombine);
       wait_layout(t);
-      if (!saved) t.waits.push_back({c_routed, plan::kWaitAll});  // reads pos of every route chunk
+      wait_routed(t, front, saved);  // reads pos
       t.waits.push_back({c_dx_done, plan::kWaitAll});
     }
 

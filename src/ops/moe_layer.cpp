@@ -423,9 +423,9 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   auto add = [&](TaskKind kind, uint32_t rank, const void* args, size_t bytes, int phase) -> TaskRec& {
     return ops::moe::add_task(tasks, kind, rank, args, bytes, phase);
   };
-  const ops::moe::DispatchCut cut =
-      ops::moe::add_front_tasks(cfg, ctas, {kPhaseRouteCount, kPhaseRoute, kPhaseOffsets, kPhaseDispatch},
-                                {c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed}, moe_args, add);
+  const ops::moe::FrontCounters front{c_counts, c_layout, c_arrive_all, c_arrive, c_counted, c_routed};
+  const ops::moe::DispatchCut cut = ops::moe::add_front_tasks(
+      cfg, ctas, {kPhaseRouteCount, kPhaseRoute, kPhaseOffsets, kPhaseDispatch}, front, moe_args, add);
   auto gemm1 = [&](uint32_t d, uint32_t ri, int nb) {
     const GemmTileArgs a = steps1.tile_args(2 * d, ri, nb);
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
@@ -482,7 +482,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
       const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
       TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kPhaseCombine);
       t.waits.push_back({c_layout, 1});
-      t.waits.push_back({c_routed, plan::kWaitAll});  // reads pos of every chunk
+      ops::moe::wait_routed(t, front);  // reads pos
       t.waits.push_back({c_g2done, plan::kWaitAll});
     }
 

@@ -64,6 +64,12 @@ struct FrontCounters {
   uint32_t counts, layout, arrive_all, arrive, counted, routed;
 };
 
+// A task that reads the route's pos / perm of its rank waits for every route chunk of that rank
+// (routed: the backward after a saving forward, whose routing is already there).
+inline void wait_routed(TaskRec& t, const FrontCounters& c, bool routed = false) {
+  if (!routed) t.waits.push_back({c.routed, plan::kWaitAll});
+}
+
 // Route tasks per source rank and stage: MoeConfig::route_chunks, or when it is 0, about 2048
 // (token, slot) entries each (at T k = 32768 one task took ~60 us while the other SMs waited), at
 // most kMaxRouteChunks.
@@ -129,10 +135,8 @@ DispatchCut add_front_tasks(const MoeConfig& cfg, int ctas, const FrontPhases& p
           const uint32_t l1 = std::min(L, l0 + epb);
           const auto a = moe_args(d | (sl << 16) | (num_slices << 24), d * L + l0, d * L + l1);
           TaskRec& t = add(plan::TaskKind::kMoeDispatch, s, &a, sizeof(a), ph.dispatch);
-          if (!routed) {
-            t.waits.push_back({c.layout, 1});
-            t.waits.push_back({c.routed, plan::kWaitAll});  // reads perm of every route chunk of s
-          }
+          if (!routed) t.waits.push_back({c.layout, 1});
+          wait_routed(t, c, routed);  // reads perm
           t.signals.push_back({c.arrive_all, uint16_t(d), 1});
           for (uint32_t l = l0; l < l1; ++l) t.signals.push_back({c.arrive + l, uint16_t(d), 1});
         }

@@ -15,6 +15,12 @@ namespace kosmos::runtime {
 namespace {
 bool builtin_supports(plan::TaskKind k) { return k < plan::TaskKind::kGemmTile; }
 
+// A launch option overridden by an environment variable when that is set (A/B measurements).
+uint32_t env_override(const char* name, uint32_t value) {
+  const char* env = std::getenv(name);
+  return env != nullptr && *env != '\0' ? uint32_t(std::strtoul(env, nullptr, 10)) : value;
+}
+
 template <class T>
 struct DeviceArray {
   T* ptr = nullptr;
@@ -175,17 +181,11 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   p.num_buffers = uint32_t(plan.buffers.size());
   p.watchdog_ns = uint64_t(options.watchdog_seconds * 1e9);
   p.sys_scope = 0;  // virtual ranks on one GPU; the multi-GPU transport sets .sys
-  p.claim_ahead = options.claim_ahead;
-  if (const char* env = std::getenv("KOSMOS_CLAIM_AHEAD"); env != nullptr && *env != '\0')
-    p.claim_ahead = uint32_t(std::strtoul(env, nullptr, 10));
+  p.claim_ahead = env_override("KOSMOS_CLAIM_AHEAD", options.claim_ahead);
   KOSMOS_CHECK(p.claim_ahead <= kClaimAheadAlways, "GpuOptions::claim_ahead must be 0, 1 or 2 (got ", p.claim_ahead,
                "; KOSMOS_CLAIM_AHEAD overrides it)");
-  p.ring_carry = options.ring_carry ? 1u : 0u;
-  if (const char* env = std::getenv("KOSMOS_RING_CARRY"); env != nullptr && *env != '\0')
-    p.ring_carry = std::strtoul(env, nullptr, 10) != 0 ? 1u : 0u;
-  p.ring_carry_depth = options.ring_carry_depth;
-  if (const char* env = std::getenv("KOSMOS_RING_CARRY_DEPTH"); env != nullptr && *env != '\0')
-    p.ring_carry_depth = uint32_t(std::strtoul(env, nullptr, 10));
+  p.ring_carry = env_override("KOSMOS_RING_CARRY", options.ring_carry ? 1u : 0u) != 0 ? 1u : 0u;
+  p.ring_carry_depth = env_override("KOSMOS_RING_CARRY_DEPTH", options.ring_carry_depth);
   *out = std::move(ex);
   return Status::ok();
 }
