@@ -65,8 +65,9 @@ void add_bench_moe(CLI::App& bench) {
       ->check(CLI::IsMember({"deepseek-v3", "qwen3-235b"}));
   cmd->add_option("--tokens", o->tokens, "Tokens per rank (4096 training, 128 decode)")->check(CLI::Range(int64_t(1), int64_t(16384)));
   cmd->add_option("--world", o->world, "Virtual ranks on this GPU")->check(CLI::Range(1, 16));
-  cmd->add_option("--routing", o->routing, "uniform | skewed (half the experts empty, p ~ 1/(i+1) over the rest)")
-      ->check(CLI::IsMember({"uniform", "skewed"}));
+  cmd->add_option("--routing", o->routing,
+                  "uniform | skewed (half the experts empty, p ~ 1/(i+1) over the rest) | balanced (every expert T k / E rows)")
+      ->check(CLI::IsMember({"uniform", "skewed", "balanced"}));
   cmd->add_option("--experts", o->experts, "Override E (total experts)");
   cmd->add_option("--reps", o->reps, "Timed repetitions (median)")->check(CLI::Range(3, 1000));
   cmd->add_option("--json", o->json, "Write results as JSON here");

@@ -55,12 +55,23 @@ MoeRouting make_moe_routing(int W, int64_t T, int E, int k, const std::string& k
     for (int e = 0; e < E; ++e) p[e] = e < std::max(1, E / 2) ? 1.0 / (e + 1) : 0.0;
   std::discrete_distribution<int> pick(p.begin(), p.end());
   std::uniform_real_distribution<float> uw(0.05f, 1.0f);
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+  if (kind == "balanced") std::shuffle(order.begin(), order.end(), rng);  // the other kinds' sequence unchanged
   MoeRouting r;
   r.rows_per_rank.assign(size_t(W), 0);
   for (int rank = 0; rank < W; ++rank) {
     std::vector<int32_t> ids(size_t(T) * k);
     std::vector<float> w(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
+      if (kind == "balanced") {
+        // Entry i -> expert (rank offset + i) mod E through a fixed shuffle of the experts: every
+        // expert gets T k / E entries (+-1), distinct experts per token while k <= E.
+        ids[i] = order[size_t((int64_t(rank) * 7919 + int64_t(i)) % E)];
+        w[i] = uw(rng);
+        r.rows_per_rank[size_t(ids[i] / (E / W))]++;
+        continue;
+      }
       // distinct experts per token when possible (as a top-k router picks them)
       int e = pick(rng);
       for (int tries = 0; tries < 64; ++tries) {

@@ -33,7 +33,8 @@ struct MoeRouting {
   std::vector<std::vector<float>> weights;
   std::vector<int64_t> rows_per_rank;  // rows each rank receives
 };
-// "uniform", or "skewed" (half the experts empty, p ~ 1/(i+1) over the rest); distinct experts per
+// "uniform", "skewed" (half the experts empty, p ~ 1/(i+1) over the rest), or "balanced" (every
+// expert T k / E entries, +-1: no partial last row block when 128 divides that); distinct experts per
 // token when possible, weights in [0.05, 1).
 MoeRouting make_moe_routing(int world, int64_t tokens, int experts, int top_k, const std::string& kind);
 
