@@ -55,7 +55,7 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing, transport = "local";
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, gemm1_run = 0, gemm2_run = 0,
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0,
         gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
@@ -83,6 +83,10 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--route-chunks", o->route_chunks,
                   "Route tasks per rank (0: chosen, about 2048 (token, slot) entries each, the default; 1..16: that many)")
       ->check(CLI::Range(0, 16));
+  cmd->add_option("--merge-tails", o->merge_tails,
+                  "Forward: 1 (default): an expert's last row block of at most 32 rows is computed with the block before it; 0: "
+                  "as its own tiles")
+      ->check(CLI::Range(0, 1));
   cmd->add_option("--gemm2-lag", o->gemm2_lag,
                   "Forward claim order: queue each GEMM2 step this many GEMM1 steps after its inputs (0: chosen; "
                   "a large value: all GEMM2 after all GEMM1)")
@@ -134,6 +138,7 @@ void add_bench_moe(CLI::App& bench) {
     cfg.save_activations = o->save_activations;
     cfg.gemm2_lag = o->gemm2_lag;
     cfg.route_chunks = o->route_chunks;
+    cfg.merge_tails = o->merge_tails != 0;
     cfg.gemm1_run = o->gemm1_run;
     cfg.gemm2_run = o->gemm2_run;
     cfg.gemm2_n_run = o->gemm2_n_run;

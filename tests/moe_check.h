@@ -17,9 +17,13 @@
 
 namespace kosmos::test {
 
-enum class Routing { kUniform, kSkewed, kSkewedWithDrops };
+// kTails: every source rank sends expert e (of E, in order) kTailCounts[e % 8] entries (a shuffled
+// list; T k must be their sum over the experts, e.g. E = 8, k = 2, T = 579): last row blocks of
+// 1, 32 and 33 rows past a multiple of 128, exact multiples, an empty expert and a lone short block.
+enum class Routing { kUniform, kSkewed, kSkewedWithDrops, kTails };
+inline constexpr int kTailCounts[8] = {129, 160, 161, 273, 128, 0, 7, 300};
 inline std::string routing_name(Routing r) {
-  return r == Routing::kUniform ? "uniform" : r == Routing::kSkewed ? "skewed" : "drops";
+  return r == Routing::kUniform ? "uniform" : r == Routing::kSkewed ? "skewed" : r == Routing::kTails ? "tails" : "drops";
 }
 
 struct MoeHost {
@@ -47,8 +51,14 @@ inline void make_routing(MoeHost& h, uint64_t seed, Routing routing) {
   for (int r = 0; r < c.world; ++r) {
     h.ids[r].resize(size_t(c.tokens) * k);
     h.w[r].resize(size_t(c.tokens) * k);
+    std::vector<int32_t> list;  // kTails: the entries, shuffled
+    if (routing == Routing::kTails) {
+      for (int e = 0; e < E; ++e) list.insert(list.end(), size_t(kTailCounts[e % 8]), e);
+      list.resize(h.ids[r].size(), 0);  // the caller sizes T k to the sum (checked by the test's counts)
+      std::shuffle(list.begin(), list.end(), rng);
+    }
     for (size_t i = 0; i < h.ids[r].size(); ++i) {
-      h.ids[r][i] = pick(rng);
+      h.ids[r][i] = routing == Routing::kTails ? list[i] : pick(rng);
       h.w[r][i] = uw(rng);
       if (routing == Routing::kSkewedWithDrops && rng() % 16 == 0) h.ids[r][i] = (rng() & 1) ? -1 : E;
     }

@@ -131,13 +131,6 @@ struct GpuOptions {
   // successor as it starts (the worst case for the scheduler; tests). The environment variable
   // KOSMOS_CLAIM_AHEAD=0|1|2, when set, overrides this (A/B measurements).
   uint32_t claim_ahead = 1;
-  // Ring carry (with claim_ahead = 1): a GEMM tile whose CTA's next task is a ready GEMM tile of the
-  // same tile shape loads that tile's first k blocks (at most ring_carry_depth, 0: a whole ring)
-  // after its epilogue, under the runtime's hop (docs/design/gemm.md, "Ring carry"). Off by
-  // default until measured faster. KOSMOS_RING_CARRY=0|1 and KOSMOS_RING_CARRY_DEPTH, when set,
-  // override these (A/B measurements).
-  bool ring_carry = false;
-  uint32_t ring_carry_depth = 0;
 };
 
 class GpuExecutor {

@@ -9,7 +9,7 @@
 
 namespace kosmos::ops {
 
-inline constexpr int kMaxGemmProblems = 40;  // 40 x 512 B fits the 24 KB body blob (static_assert in op_kernel.cu); the MoE backward needs 5 per rank at W = 8
+inline constexpr int kMaxGemmProblems = 40;  // 40 x 640 B fits the 28 KB body blob (static_assert in op_kernel.cu); the MoE backward needs 5 per rank at W = 8
 
 // How a GEMM tile's producer waits for its operand rows (deferred waits, checked per k-block):
 //   counter = counter_base + (m_rows ? m_block * BM / m_rows : 0) + (k_rows ? k_block * BK / k_rows : 0)

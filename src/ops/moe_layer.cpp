@@ -375,17 +375,28 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     }
     ops::GemmProblemSpec g2 = grouped(H, I, kernels::gemm::kGemmEpiRowScale, MoeBuffer::kAct, MoeBuffer::kDown, MoeBuffer::kOut);
     g2.row_scale_buffer = uint32_t(MoeBuffer::kRecvW);
-    for (auto* spec : {&g1, &g2}) {  // validate shapes now (no TMA encode)
-      kernels::gemm::GemmDesc probe = spec->desc;
-      probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
-      probe.row_scale = reinterpret_cast<const float*>(uintptr_t(4096));
-      probe.c_aux = reinterpret_cast<void*>(uintptr_t(4096));
-      probe.encode_tma = false;
-      kernels::gemm::GemmParams pp;
-      Status st = kernels::gemm::make_gemm_params(probe, &pp);
-      if (!st) return Status(st.code(), std::string("MoE ") + (spec == &g1 ? "GEMM1" : "GEMM2") + ": " + st.message());
-      (spec == &g1 ? p1 : p2) = pp;
-      spec->desc.tile_shape = pp.tile_shape;  // tasks are cut for it; prepare must not re-choose (max_ctas)
+    auto probe_both = [&]() -> Status {  // validate shapes now (no TMA encode)
+      for (auto* spec : {&g1, &g2}) {
+        kernels::gemm::GemmDesc probe = spec->desc;
+        probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
+        probe.row_scale = reinterpret_cast<const float*>(uintptr_t(4096));
+        probe.c_aux = reinterpret_cast<void*>(uintptr_t(4096));
+        probe.encode_tma = false;
+        kernels::gemm::GemmParams pp;
+        Status st = kernels::gemm::make_gemm_params(probe, &pp);
+        if (!st) return Status(st.code(), std::string("MoE ") + (spec == &g1 ? "GEMM1" : "GEMM2") + ": " + st.message());
+        (spec == &g1 ? p1 : p2) = pp;
+        spec->desc.tile_shape = pp.tile_shape;  // tasks are cut for it; prepare must not re-choose (max_ctas)
+      }
+      return Status::ok();
+    };
+    KOSMOS_RETURN_IF_ERROR(probe_both());
+    // Merged tails change which rows a slot covers, so GEMM2's slots (and its waits on GEMM1's slot
+    // runs) stay GEMM1's only when both merge: both on 128 x 256 tiles, or neither.
+    if (cfg.merge_tails && p1.tile_shape == kernels::gemm::GemmTileShape::k128x256 &&
+        p2.tile_shape == kernels::gemm::GemmTileShape::k128x256) {
+      g1.desc.merge_tails = g2.desc.merge_tails = true;
+      KOSMOS_RETURN_IF_ERROR(probe_both());
     }
     problems.push_back(g1);
     problems.push_back(g2);
@@ -515,7 +526,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "; from slot " << runs.head_end
      << " runs of " << runs.tail << " / " << runs2.tail << "); claimed in groups of " << r1.group << " / " << r2.group
      << " runs; GEMM2 lag " << lag << " steps, GEMM2 " << n2 << " n tiles per task; raster " << r1.describe << " / " << r2.describe << "; n tiles "
-     << p1.num_n_tiles << " + " << p2.num_n_tiles << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
+     << p1.num_n_tiles << " + " << p2.num_n_tiles
+     << ((p1.layout & kernels::gemm::kGemmMergeTails) ? "; tails of <= 32 rows merged" : "") << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;
   impl->summary = os.str();
   std::unique_ptr<MoeLayer> layer(new MoeLayer());

@@ -45,49 +45,6 @@ struct RuntimeGemmWaiter {
   // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
   // must have been written, not only read from shared memory, before the runtime's release.
   __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
-
-  // Ring carry (gemm_tile.cuh): where the k blocks loaded for the CTA's next task are recorded;
-  // null when the launch does not carry (claim-ahead off for bodies, or ring_carry = 0).
-  __device__ __forceinline__ kernels::gemm::GemmRingCarry* ring_carry() const {
-    return ctx->ahead != nullptr && ctx->p->ring_carry != 0 ? &ctx->ahead->ring : nullptr;
-  }
-  // How many k blocks at most (the ring's depth unless the launch caps it).
-  __device__ __forceinline__ int ring_carry_depth(int stages) const {
-    const int d = int(ctx->p->ring_carry_depth);
-    return d > 0 && d < stages ? d : stages;
-  }
-  // After loads_issued(), every lane of the producer warp: the CTA's next task, when it was claimed
-  // ahead with every task-level wait met and is a GEMM tile of this launch (its problem and args).
-  const plan::Task* next = nullptr;
-  GemmWaitRule next_rule;
-  bool next_acquired = false;  // an acquire (the claim's task-level waits, next_ready's) precedes the loads
-  __device__ __forceinline__ bool next_tile(const kernels::gemm::GemmParams*& q, kernels::gemm::GemmTileArgs& a) {
-    if (ring_carry() == nullptr) return false;
-    const uint32_t slot = ctx->ahead->slot;
-    if (slot == runtime::kNotClaimed || slot == runtime::kNoSlot || !ctx->ahead->ready) return false;
-    const plan::Task& t = ctx->p->tasks[slot];
-    if (t.kind != plan::TaskKind::kGemmTile) return false;
-    const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx->body);
-    a = t.args<kernels::gemm::GemmTileArgs>();
-    q = &body.problems[a.problem];
-    next = &t;
-    next_rule = body.rules[a.problem];
-    next_acquired = t.num_waits > 0;
-    return true;
-  }
-  // Whether the next task's k block (m_block, k_block) may be loaded now: its operand counter
-  // (the rule of operator()) is already complete. One acquire load, no spinning.
-  // next_carry_acquired(): whether the loads must follow a fence.proxy.async.global.
-  __device__ __forceinline__ bool next_carry_acquired() const { return next_acquired; }
-  __device__ __forceinline__ bool next_ready(int m_block, int k_block) {
-    const GemmWaitRule& r = next_rule;
-    if (r.counter_base == GemmWaitRule::kNoWait) return true;
-    next_acquired = true;
-    if (r.join_counter != GemmWaitRule::kNoWait && ctx->counter_complete(*next, r.join_counter)) return true;
-    const uint32_t c = r.counter_base + (r.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / r.m_rows : 0u) +
-                       (r.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / r.k_rows : 0u);
-    return ctx->counter_complete(*next, c);
-  }
 };
 
 struct OpBody {

@@ -184,8 +184,6 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   p.claim_ahead = env_override("KOSMOS_CLAIM_AHEAD", options.claim_ahead);
   KOSMOS_CHECK(p.claim_ahead <= kClaimAheadAlways, "GpuOptions::claim_ahead must be 0, 1 or 2 (got ", p.claim_ahead,
                "; KOSMOS_CLAIM_AHEAD overrides it)");
-  p.ring_carry = env_override("KOSMOS_RING_CARRY", options.ring_carry ? 1u : 0u) != 0 ? 1u : 0u;
-  p.ring_carry_depth = env_override("KOSMOS_RING_CARRY_DEPTH", options.ring_carry_depth);
   *out = std::move(ex);
   return Status::ok();
 }

@@ -13,9 +13,9 @@ namespace kosmos::runtime {
 // up to 32 KB on sm_90 with CUDA 12.1+. Every launch copies the whole parameter block, so a
 // variant may also be compiled with a small blob (kSmallBodyParamBytes) and the executor launches
 // that one whenever the op's body data fits (measured on the H200: a single launch with 16 KB of
-// parameters took ~1.8 us longer than with 64 B). 24 KB since the GEMM problems carry a C tensor
-// map (40 x 512 B, ops::kMaxGemmProblems).
-inline constexpr size_t kBodyParamBytes = 24576;
+// parameters took ~1.8 us longer than with 64 B). 28 KB since the GEMM problems carry a C and a
+// merged-tail A tensor map (40 x 640 B, ops::kMaxGemmProblems; a launch's parameters may take 32,764 B).
+inline constexpr size_t kBodyParamBytes = 28672;
 inline constexpr size_t kSmallBodyParamBytes = 2048;
 
 struct KernelParamsHeader {
@@ -38,8 +38,6 @@ struct KernelParamsHeader {
   uint64_t watchdog_ns;
   uint32_t sys_scope;           // 1: counters/buffers span GPUs, use .sys fences and atomics
   uint32_t claim_ahead;         // ClaimAhead: 0 off, 1 bodies may claim their CTA's next task, 2 every task does (tests)
-  uint32_t ring_carry;          // 1: a GEMM tile loads its CTA's next (claimed-ahead) GEMM tile's first k blocks
-  uint32_t ring_carry_depth;    // at most this many k blocks (0: a whole ring)
 };
 
 // The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:
@@ -54,6 +52,7 @@ struct KernelParamsWith : KernelParamsHeader {
 using KernelParams = KernelParamsWith<kBodyParamBytes>;
 using KernelParamsSmall = KernelParamsWith<kSmallBodyParamBytes>;
 // Both end with their 128-aligned body after the same header, so the body starts at one offset:
+static_assert(sizeof(KernelParams) <= 32764, "a launch takes at most 32,764 B of parameters");
 static_assert(sizeof(KernelParams) - sizeof(KernelParamsSmall) == kBodyParamBytes - kSmallBodyParamBytes,
               "one prefix layout for both sizes");
 

@@ -31,7 +31,6 @@
 
 #include <cstdint>
 
-#include "kernels/gemm/gemm_params.h"
 #include "runtime/kernel_params.h"
 #include "runtime/sync.cuh"
 
@@ -77,10 +76,6 @@ struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
   uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
   SignalList signals;  // `slot`'s, read at claim time under the body's tail
-  // What the body that claimed `slot` already did for it: the GEMM ring's k blocks it loaded
-  // (gemm_tile.cuh, "Ring carry"). Cleared by every claim_next and by a loop top whose task was
-  // not claimed ahead, so a body only ever sees its own task's.
-  kernels::gemm::GemmRingCarry ring;
 };
 
 // Takes the next ticket and turns it into a slot (kNoSlot past the end). A complete run takes
@@ -160,9 +155,7 @@ struct TaskContext {
   // Thread 0 of a body, at most once per task: claims the CTA's next task now (see the header).
   // Non-blocking: one atomic, the task's wait list and one acquire load per wait, no spinning.
   __device__ __forceinline__ void claim_next() const {
-    if (ahead == nullptr) return;
-    ahead->ring.loads = 0;  // the running body read its carry at entry; the next task's is its own
-    if (p->claim_ahead == kClaimAheadOff || aborted()) return;
+    if (ahead == nullptr || p->claim_ahead == kClaimAheadOff || aborted()) return;
     const uint32_t slot = claim_ticket(*p, epoch);
     uint32_t ready = 1;
     if (slot != kNoSlot) {
@@ -307,7 +300,6 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     s_epoch = *reinterpret_cast<volatile uint64_t*>(&p.state->epoch);
     s_claims = 0;
     s_ahead.slot = kNotClaimed;
-    s_ahead.ring.loads = 0;
   }
   __syncthreads();
 
@@ -325,13 +317,11 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
       s_ahead.slot = kNotClaimed;
       if (ahead_slot != kNotClaimed) {
         slot = ahead_slot;  // claim_next checked the abort flag before it claimed (one L2 load less here)
-      } else {
-        s_ahead.ring.loads = 0;  // nothing was loaded for a task claimed now
+      } else if (!ctx.aborted()) {
         // The first claim of every CTA is slot blockIdx.x, the rest come from the ticket offset by
         // the grid: the same claims as if CTA i had won ticket i, without an atomic round trip on
         // the critical path of a one-wave plan.
-        if (ctx.aborted()) slot = kNoSlot;
-        else if (claims == 0) slot = blockIdx.x < p.num_tasks ? blockIdx.x : kNoSlot;
+        if (claims == 0) slot = blockIdx.x < p.num_tasks ? blockIdx.x : kNoSlot;
         else slot = claim_ticket(p, s_epoch);
       }
       s_slot = slot;

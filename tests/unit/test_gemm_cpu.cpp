@@ -293,3 +293,78 @@ TEST(GemmCpu, SavePreactStoresTheAccumulatorBesideSwiGLU) {
   x.c_aux = reinterpret_cast<char*>(aux.data()) + 2;
   EXPECT_NE(make_gemm_params(x, &p).message().find("c_aux = "), std::string::npos);
 }
+
+// kGemmMergeTails (gemm_params.h): a group's last m block of at most kGemmTailRows rows is taken by
+// the block before it. The slot count per group; the host tiles over every slot write the same C
+// as without merging, bit for bit, and nothing past the groups; configurations it cannot serve are
+// named.
+TEST(GemmCpu, MergedTailsSlotsResultAndErrors) {
+  using namespace kosmos::kernels::gemm;
+  struct Want { int mg, slots, tail; };
+  for (const Want w : {Want{0, 0, 0}, Want{7, 1, 0}, Want{128, 1, 0}, Want{129, 1, 1}, Want{160, 1, 32}, Want{161, 2, 0},
+                       Want{256, 2, 0}, Want{288, 2, 32}, Want{289, 3, 0}}) {
+    int tail = -1;
+    EXPECT_EQ(gemm_group_blocks(w.mg, true, &tail), w.slots) << w.mg;
+    EXPECT_EQ(tail, w.tail) << w.mg;
+    EXPECT_EQ(gemm_group_blocks(w.mg, false, &tail), (w.mg + 127) / 128) << w.mg;
+    EXPECT_EQ(tail, 0);
+  }
+  std::vector<int> gm = {129, 160, 161, 0, 7, 300, 256}, off(gm.size());
+  const int G = int(gm.size());
+  int64_t rows = 0;
+  for (int g = 0; g < G; ++g) {
+    off[g] = int(rows);
+    rows += gm[g];
+  }
+  const int64_t n = 512, k = 72;
+  auto a = random_bf16(size_t(rows + 1) * k, 11), b = random_bf16(size_t(G) * k * n, 12);
+  GemmDesc d;
+  d.a = a.data();
+  d.lda = k;
+  d.b = b.data();
+  d.ldb = n;
+  d.ldc = n;
+  d.m = rows;
+  d.n = n;
+  d.k = k;
+  d.num_groups = G;
+  d.group_m = gm.data();
+  d.group_offset = off.data();
+  d.encode_tma = false;
+  d.tile_shape = GemmTileShape::k128x256;
+  std::vector<uint16_t> c[2];
+  int used[2] = {0, 0};
+  for (int merge = 0; merge < 2; ++merge) {
+    c[merge].assign(size_t(rows + 1) * n, 0x7FC1);  // one row past the groups: never written
+    d.c = c[merge].data();
+    d.merge_tails = merge != 0;
+    GemmParams p;
+    ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
+    EXPECT_EQ((p.layout & kGemmMergeTails) != 0, merge != 0);
+    for (int slot = 0; slot < p.num_m_tiles; ++slot)
+      for (int nb = 0; nb < p.num_n_tiles; ++nb) gemm_tile_host(d, p, GemmTileArgs{0, uint32_t(slot), uint32_t(nb), 1, 0, {}});
+    for (int g = 0; g < G; ++g) {
+      int tail;
+      used[merge] += gemm_group_blocks(gm[g], merge != 0, &tail);
+    }
+  }
+  EXPECT_EQ(used[0] - used[1], 2);  // groups of 129 and 160 rows
+  EXPECT_TRUE(c[0] == c[1]) << "C differs with merged tails";
+  for (int64_t j = 0; j < n; ++j) ASSERT_NE(c[1][size_t(rows - 1) * n + j], 0x7FC1) << "last row not written";
+  for (int64_t j = 0; j < n; ++j) ASSERT_EQ(c[1][size_t(rows) * n + j], 0x7FC1) << "row past the groups written";
+  // Configurations merging cannot serve are named.
+  GemmParams p;
+  GemmDesc x = d;
+  x.tile_shape = GemmTileShape::k128x128;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("merge_tails needs the 128x256 tile"), std::string::npos);
+  x = d;
+  x.b_transposed = true;
+  x.ldb = k;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("merge_tails needs A row-major and B [K, N]"), std::string::npos);
+  x = d;
+  x.epilogue = kGemmEpiAccumulate;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("merge_tails cannot accumulate"), std::string::npos);
+  x = d;
+  x.num_groups = 0;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("merge_tails needs a problem grouped over M"), std::string::npos);
+}

@@ -246,3 +246,35 @@ TEST(MoeCpuErrors, BadConfigsNamed) {
   s = MoeLayer::plan(c, &L);
   EXPECT_NE(s.message().find("gemm2_lag = -1"), std::string::npos) << s.message();
 }
+
+// Merged tails (kGemmMergeTails, MoeConfig::merge_tails): an expert's last row block of at most 32
+// rows is computed by the GEMM1 and GEMM2 tiles of the block before it. Routing with last blocks of
+// 1, 32 and 33 rows, exact multiples of 128, an empty expert and a lone short block (Routing::kTails),
+// at H = 256, I = 128 (both GEMMs on 128 x 256 tiles, as merging needs): against fp64, fused == unfused,
+// and the same y bit for bit with and without merging (the host tile sums every row in one order).
+TEST(MoeCpuMergedTails, SameOutputsMergedOrNot) {
+  int sum = 0;
+  for (int c : kTailCounts) sum += c;
+  ASSERT_EQ(sum, 579 * 2);  // T k of the runs below
+  for (int W : {1, 2}) {
+    std::vector<uint16_t> y[2];
+    for (int merge = 1; merge >= 0; --merge) {
+      MoeConfig c = moe_config(W, 579, 256, 128, 8, 2, true);
+      c.merge_tails = merge != 0;
+      c.max_ctas = 4;  // few CTAs: the tile heuristic picks 128 x 256 for both GEMMs (merging needs it)
+      std::unique_ptr<MoeLayer> L;
+      Status s = MoeLayer::plan(c, &L);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      EXPECT_EQ(L->describe().find("tails of <= 32 rows merged") != std::string::npos, merge != 0) << L->describe();
+      MoeHost h{c};
+      fill_moe(*L, h, 4242 + W, Routing::kTails);
+      ASSERT_TRUE(L->run_composition(true).is_ok());
+      EXPECT_EQ(check_moe(*L, h), "") << "W=" << W << " merge=" << merge << " " << L->describe();
+      y[merge] = read_y(*L, W - 1);
+      poison(*L);
+      ASSERT_TRUE(L->run_composition(false).is_ok());
+      EXPECT_TRUE(read_y(*L, W - 1) == y[merge]) << "W=" << W << " merge=" << merge << ": fused y differs from the unfused composition";
+    }
+    EXPECT_TRUE(y[0] == y[1]) << "W=" << W << ": y differs with and without merged tails";
+  }
+}

@@ -205,6 +205,19 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
              (d.grouped_k ? kGemmGroupedK : 0u);
   static const bool keep_disabled = env_off("KOSMOS_GEMM_KEEP_OPERANDS");
   if (d.keep_operands && !keep_disabled) p.layout |= kGemmKeepOperands;
+  if (d.merge_tails) {
+    KOSMOS_CHECK(d.num_groups > 0 && !d.grouped_k, "GEMM merge_tails needs a problem grouped over M (num_groups = ",
+                 d.num_groups, ", grouped_k = ", d.grouped_k, ")");
+    KOSMOS_CHECK(!d.a_col_major && !d.b_transposed, "GEMM merge_tails needs A row-major and B [K, N] (a_col_major = ",
+                 d.a_col_major, ", b_transposed = ", d.b_transposed, ")");
+    KOSMOS_CHECK(shape == GemmTileShape::k128x256, "GEMM merge_tails needs the 128x256 tile (got ", gemm_block_n(shape),
+                 " columns)");
+    KOSMOS_CHECK((d.epilogue & kGemmEpiAccumulate) == 0, "GEMM merge_tails cannot accumulate into C");
+    // KOSMOS_GEMM_MERGE_TAILS=0: every problem plans without (A/B measurements; the MoE's two
+    // GEMMs stay alike).
+    static const bool merge_disabled = env_off("KOSMOS_GEMM_MERGE_TAILS");
+    if (!merge_disabled) p.layout |= kGemmMergeTails;
+  }
   p.tile_shape = shape;
   p.num_m_tiles = static_cast<int32_t>(d.grouped_k ? d.num_groups * ceil_div(d.m, kGemmBlockM)
                                                    : ceil_div(d.m, kGemmBlockM) + d.num_groups);
@@ -216,6 +229,10 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
       const cuuint64_t strides[1] = {cuuint64_t(d.lda) * 2};
       const cuuint32_t box[2] = {64, d.a_col_major ? 64u : cuuint32_t(kGemmBlockM)};
       if (Status s = encode(&p.tma_a, "A", d.a, 2, dims, strides, box); !s) return s;
+      if (p.layout & kGemmMergeTails) {  // the same A, in boxes of a merged tail's rows
+        const cuuint32_t tail_box[2] = {64, cuuint32_t(kGemmTailRows)};
+        if (Status s = encode(&p.tma_t, "A (merged tails)", d.a, 2, dims, strides, tail_box); !s) return s;
+      }
     }
     {  // B, 3-D with the group as the outer dimension so tails never read the next group
       const cuuint64_t dims[3] = {cuuint64_t(d.b_transposed ? d.k : d.n), cuuint64_t(d.b_transposed ? d.n : d.k),
@@ -289,7 +306,7 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
   const bool swiglu = (p.epilogue & kGemmEpiSwiGLU) != 0;
   const int64_t b_rows = d.b_transposed ? d.n : d.k;
   const int64_t ldbg = d.num_groups > 0 && d.ldb_group != 0 ? d.ldb_group : b_rows * d.ldb;
-  std::vector<float> acc(size_t(bm) * bn);
+  std::vector<float> acc(size_t(bm + kGemmTailRows) * bn);  // a merged tail's rows included
   for (uint32_t i = 0; i < std::max(1u, args.count); ++i) {
     const bool along_n = (args.flags & kGemmRunAlongN) != 0;
     const int slot = int(args.tile_m + (along_n ? 0 : i));
@@ -302,11 +319,12 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
       int s = slot;
       bool found = false;
       for (int g = 0; g < p.num_groups && !found; ++g) {
-        const int blocks = d.group_m[g] > 0 ? (d.group_m[g] + bm - 1) / bm : 0;
+        int tail = 0;
+        const int blocks = gemm_group_blocks(d.group_m[g], (p.layout & kGemmMergeTails) != 0, &tail);
         if (s < blocks) {
           group = g;
           a_row0 = d.group_offset[g] + s * bm;
-          rows = std::min(bm, d.group_m[g] - s * bm);
+          rows = std::min(bm, d.group_m[g] - s * bm) + (s == blocks - 1 ? tail : 0);
           found = true;
         } else {
           s -= blocks;

@@ -68,6 +68,11 @@ enum GemmLayoutFlags : uint32_t {
   // Set by make_gemm_params: tiles of at most one ring of k blocks keep the operand they share
   // with the previous tile of their run in shared memory (gemm_tile.cuh, StageWalk).
   kGemmKeepOperands = 1u << 3,
+  // Grouped over M (A row-major, B [K, N], 128 x 256 tiles): a group's last m block of at most
+  // kGemmTailRows rows is computed by the tile of the block before it, which then covers 128 + tail
+  // rows (gemm_group_blocks; the tail's product runs as Bᵀ · Aᵀ on the B tile already in shared
+  // memory). The slot that block had is not used: the group takes one slot less.
+  kGemmMergeTails = 1u << 4,
 };
 
 // Tile shapes the engine is compiled for. BM = 128 and BK = 64 always; two consumer warpgroups
@@ -78,17 +83,28 @@ enum class GemmTileShape : uint32_t {
   k128x64 = 2,   // 8 stages x 24 KB (small M x N problems: more tiles for the SMs)
   kAuto = 0xffffffffu,
 };
-// Ring carry (gemm_tile.cuh; off by default): the k blocks of a CTA's next GEMM task that its
-// previous task's producer already loaded into the ring after that task's epilogue. Lives in the
-// runtime's shared memory (AheadClaim::ring); loads == 0: nothing carried, the next tile
-// initialises its ring afresh.
-struct GemmRingCarry {
-  uint32_t loads;  // k blocks of the next task's first tile issued (its first `loads`)
-  uint32_t stage;  // the ring stage of the first of them
-  uint32_t phase;  // its lap parity
-};
 inline constexpr int kGemmBlockM = 128;
 inline constexpr int kGemmBlockK = 64;
+#ifndef KOSMOS_GEMM_TAIL_ROWS  // experiments only: the whole build must agree
+#define KOSMOS_GEMM_TAIL_ROWS 32
+#endif
+inline constexpr int kGemmTailRows = KOSMOS_GEMM_TAIL_ROWS;  // rows a merged tail may have (kGemmMergeTails)
+
+#if defined(__CUDACC__)
+#define KOSMOS_GEMM_HD __host__ __device__
+#else
+#define KOSMOS_GEMM_HD
+#endif
+// Slots (m blocks) of a group of mg rows: ceil(mg / 128), one less when its short last block is
+// merged into the block before it (merge: kGemmMergeTails). *tail = the merged block's rows (0 if
+// none); that block is then block (slots - 1), covering 128 + *tail rows.
+KOSMOS_GEMM_HD inline int gemm_group_blocks(int mg, bool merge, int* tail) {
+  const int blocks = mg > 0 ? (mg + kGemmBlockM - 1) / kGemmBlockM : 0;
+  const int last = mg - (blocks - 1) * kGemmBlockM;
+  const bool merged = merge && blocks >= 2 && last <= kGemmTailRows;
+  *tail = merged ? last : 0;
+  return merged ? blocks - 1 : blocks;
+}
 inline constexpr int gemm_block_n(GemmTileShape s) {
   return s == GemmTileShape::k128x128 ? 128 : s == GemmTileShape::k128x64 ? 64 : 256;
 }
@@ -123,6 +139,7 @@ struct GemmParams {
   CUtensorMap tma_a;  // A tile box: [BM rows, 64 k] (row-major A) or [64 k, 64 m] x BM/64 (col-major)
   CUtensorMap tma_b;  // 3-D (.., .., group): [BN n, 64 k] or [64 k, 64 n] x BN/64 boxes
   CUtensorMap tma_c;  // with kGemmEpiTmaStore: C [rows, n_out], box [16 rows, 64 columns], 128-byte swizzle
+  CUtensorMap tma_t;  // with kGemmMergeTails: A again, box [kGemmTailRows rows, 64 k] (a merged tail's rows)
   void* c;            // bf16 [rows, ldc]
   const float* row_scale;    // [rows] fp32, kGemmEpiRowScale only
   const int* group_m;        // [G] device, grouped only (grouped-K: K of each group)

@@ -29,21 +29,15 @@
 //   mbarriers. 128x256: 4 stages x 48 KB -> 229,440 B;  128x128: 6 x 32 KB -> 229,472 B;  128x64:
 //   8 x 24 KB -> 229,504 B (kGemmSmemBytesMax); with the op kernel's 2 KB of static shared memory
 //   231,552 of the 232,448 B a CTA may have. Nothing in shared memory survives the call.
-// Sync protocol (per call; barriers are re-initialised at the start of every call that nothing was
-// carried into, see the ring carry below): thread 0 inits full (count 1) / empty (count 2 = one arrive per
+// Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
+// carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. With kGemmKeepOperands a tile of at most one ring of
 // k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
 // (StageWalk: the producer loads only the other operand, and drains the ring before the resident
-// areas change). Every TMA load issued in a call is consumed in the same call, except under the
-// ring carry (off by default; docs/design/gemm.md, "Ring carry"): once the consumers are done, the
-// producer may load the CTA's next task's first k blocks when that task (claimed ahead) is a ready
-// GEMM tile of the same tile shape and operand majors whose operand waits are already met; it
-// records them (GemmRingCarry, in the runtime's shared memory), and the next call -- always the
-// CTA's next task -- keeps the barriers and the ring position instead of initialising them, and
-// skips those loads. Each consumer
+// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
 // warp's lane 0 waits before the call returns until its TMA stores have read the staging and,
 // when the hook's outputs_awaited() says another task waits for this one's outputs, until they are
 // written (wait_group 0, then fence.proxy.async.global), so the runtime's release of the task's
@@ -116,18 +110,24 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * kEntryRegs, "se
 inline constexpr int kEpiWarpRows = 16;
 inline constexpr int kEpiWarpBytes = kEpiWarpRows * 128;
 inline constexpr int kEpiStageBytes = 8 * kEpiWarpBytes;  // 16 KB
-// Two staging buffers: with kGemmEpiTmaStore a pass writes one while the TMA still reads the other.
-inline constexpr int kEpiBuffers = 2;
+// Two staging buffers (TileConfig::kEpiBuffers; one in the merged-tail tile): with
+// kGemmEpiTmaStore a pass writes one while the TMA still reads the other.
 
-template <int BN_, int Stages_>
+// kTail_ > 0: the tile also computes up to kTail_ rows past its 128 (a group's short last block
+// merged into the block before it, kGemmMergeTails): each stage has a kTail_ x 64 A area beside
+// the A and B ones, and the epilogue one staging buffer instead of two (the shared memory is full).
+template <int BN_, int Stages_, int kTail_ = 0>
 struct TileConfig {
   static constexpr int kBM = kGemmBlockM;
   static constexpr int kBN = BN_;
   static constexpr int kBK = kGemmBlockK;
   static constexpr int kStages = Stages_;
+  static constexpr int kTail = kTail_;
+  static constexpr int kEpiBuffers = kTail_ > 0 ? 1 : 2;
   static constexpr int kStageBytesA = kBM * kBK * 2;
+  static constexpr int kStageBytesT = kTail * kBK * 2;
   static constexpr int kStageBytesB = kBN * kBK * 2;
-  static constexpr int kRingBytes = kStages * (kStageBytesA + kStageBytesB);
+  static constexpr int kRingBytes = kStages * (kStageBytesA + kStageBytesT + kStageBytesB);
   // No alignment slack: every kernel running the body declares its dynamic shared memory
   // `extern __shared__ __align__(1024)`, which places it at a 1024-byte boundary (checked at run
   // time in gemm_tile_impl); with two staging buffers the 1 KB of slack no longer fits beside the
@@ -137,6 +137,8 @@ struct TileConfig {
 using Config128x256 = TileConfig<256, 4>;
 using Config128x128 = TileConfig<128, 6>;
 using Config128x64 = TileConfig<64, 8>;
+using Config128x256Tail = TileConfig<256, 4, kGemmTailRows>;
+static_assert(Config128x256Tail::kSmemBytes <= Config128x256::kSmemBytes, "the merged-tail tile must fit the 128x256 tile's shared memory");
 
 template <class Cfg, bool kAMn, bool kBMn>
 struct TileTraits {
@@ -156,6 +158,15 @@ struct TileTraits {
                                              conditional_t<kBMn, Step<_2, _1, _3>, Step<_1, _2, _3>>{}));
   using TiledMma = decltype(make_tiled_mma(
       GMMA::ss_op_selector<T, T, float, Shape<_64, BN, BK>, kMajorA, kMajorB>(), Layout<Shape<_2, _1, _1>>{}));
+  // The merged tail (Cfg::kTail > 0; 8-row stand-ins otherwise, never used): its product runs
+  // swapped, D[n, r] = Σ_k B[k, n] · A[row0 + 128 + r, k] -- the B stage as the (MN-major or K-major)
+  // A operand of m64 x kTail wgmmas, the tail rows [kTail, 64 k] (K-major, as TMA'd) as the B operand --
+  // so the 32 extra rows cost kTail / BN of the tile's MMA and a 4 KB load per k block, and their
+  // accumulators 32 registers per consumer thread instead of another 128.
+  using TN = Int<(Cfg::kTail > 0 ? Cfg::kTail : 8)>;
+  using SmemLayoutT = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(TN{}, BK{}, S{})));
+  using TiledMmaT = decltype(make_tiled_mma(GMMA::ss_op_selector<T, T, float, Shape<_64, TN, BK>, kMajorB, GMMA::Major::K>(),
+                                            Layout<Shape<_2, _1, _1>>{}));
 };
 
 // Named barriers (0 is __syncthreads): kRegsBarrier = consumers returned their registers
@@ -180,6 +191,7 @@ struct TileCoord {
   int a_row0;  // first row (M coordinate) of A of the tile
   int c_row0;  // first row of C (= a_row0, except grouped-K: g * M + a_row0)
   int rows;    // valid rows (<= BM)
+  int tail;    // kGemmMergeTails: rows past the BM (a group's merged last block, <= kGemmTailRows), else 0
   int n0;      // first column of B
   int group;   // B group (0 when dense and grouped-K)
   int wait_m;  // m_block passed to the hook: dense m block, grouped (and grouped-K) group index
@@ -187,8 +199,9 @@ struct TileCoord {
   int num_kb;  // k blocks of the tile (grouped-K: ceil(group_m[g] / BK), may be 0; else ceil(K / BK))
 };
 
-// Grouped: slot -> (group, m block) by a warp-wide prefix sum over ceil(group_m[g] / BM), 8 groups
-// per lane (G <= 256). Must be called by all 32 lanes of a warp.
+// Grouped: slot -> (group, m block) by a warp-wide prefix sum over the groups' slots
+// (gemm_group_blocks: ceil(group_m[g] / BM), one less with a merged tail), 8 groups per lane
+// (G <= 256). Must be called by all 32 lanes of a warp.
 __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, int lane_idx, int& group,
                                                int& block) {
   constexpr int kBM = kGemmBlockM;
@@ -196,13 +209,15 @@ __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, in
   // and, in the producer's registers (40 until the fifth session), spilled and reloaded from local
   // memory every tile.
   asm volatile("" : "+r"(lane_idx));
+  const bool merge = (p.layout & kGemmMergeTails) != 0;
   int cnt[8];
   int local = 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int g = lane_idx * 8 + j;
     const int mg = g < p.num_groups ? __ldcg(p.group_m + g) : 0;
-    cnt[j] = mg > 0 ? (mg + kBM - 1) / kBM : 0;
+    int tail;
+    cnt[j] = gemm_group_blocks(mg, merge, &tail);
     local += cnt[j];
   }
   int incl = local;
@@ -243,6 +258,7 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
                                                   int lane_idx) {
   constexpr int kBM = kGemmBlockM;
   TileCoord t{};
+  t.tail = 0;
   const bool along_n = (a.flags & kGemmRunAlongN) != 0;
   t.n0 = (static_cast<int>(a.tile_n) + (along_n ? i : 0)) * kBN;
   const int slot = static_cast<int>(a.tile_m) + (along_n ? 0 : i);
@@ -279,6 +295,11 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
       const int mg = __ldcg(p.group_m + g);
       t.a_row0 = off + b * kBM;
       t.rows = min(kBM, mg - b * kBM);
+      if (p.layout & kGemmMergeTails) {
+        int tail;
+        const int blocks = gemm_group_blocks(mg, true, &tail);
+        if (b == blocks - 1) t.tail = tail;  // 0 unless this block took the group's short last one
+      }
     }
     t.group = g;
     t.wait_m = g;
@@ -312,7 +333,7 @@ struct StageWalk {
   template <bool kKeep>
   __device__ __forceinline__ int start_tile(const GemmParams& p, const TileCoord& t, const GemmTileArgs& a,
                                             bool& load_kept, bool& drain) {
-    const bool fits = kKeep && (p.layout & kGemmKeepOperands) && t.num_kb > 0 && t.num_kb <= kStages;
+    const bool fits = kKeep && (p.layout & kGemmKeepOperands) && t.num_kb > 0 && t.num_kb <= kStages && t.tail == 0;
     const int group = p.num_groups > 0 ? t.wait_m : 0;  // grouped (over M or K): B and K per group
     const int want = !fits ? kKeepNone : (a.flags & kGemmRunAlongN) ? kKeepA : kKeepB;
     const bool same = want != kKeepNone && want == kept && (want == kKeepA || group == kept_group);
@@ -487,7 +508,7 @@ __device__ __forceinline__ void epilogue_staged(const GemmParams& p, const TileC
 // at most the latest group, pass q - 1's, still pending); pass 0 after every earlier slice was read
 // (the previous tile's, issued a mainloop ago). Columns past n_out and rows past the tensor are
 // clipped by the TMA. The caller waits for the writes before the task returns.
-template <int kOutBlocks, bool kSwiGLU, class Frag>
+template <int kOutBlocks, bool kSwiGLU, int kBuffers, class Frag>
 __device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoord& t, const Frag& acc,
                                              uint32_t warp_stage0, int cw, int lane_idx) {
   // Passes of 64 columns, the TMA box's width (the staging rows are 128 B): a narrower pass (the
@@ -500,9 +521,9 @@ __device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoor
   const int col_base = kSwiGLU ? t.n0 / 2 : t.n0;
 #pragma unroll
   for (int q = 0; q < kOutBlocks / kNB; ++q) {
-    const uint32_t stage_addr = warp_stage0 + (q & 1) * kEpiStageBytes;
+    const uint32_t stage_addr = warp_stage0 + (kBuffers == 2 ? (q & 1) * kEpiStageBytes : 0);
 #ifndef KOSMOS_GEMM_PROBE_NO_EPI_WAIT  // diagnostic (gemm_probe_nowait): no staging waits, wrong C
-    if (q == 0) wait_staging_read<0>(lane_idx);
+    if (q == 0 || kBuffers == 1) wait_staging_read<0>(lane_idx);  // one buffer: the previous pass read
     else if (q >= 2) wait_staging_read<1>(lane_idx);
 #endif
     stage_pass<kNB, kSwiGLU>(acc, scale, stage_addr, q, lane_idx);
@@ -518,6 +539,98 @@ __device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoor
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
   }
+}
+
+// The merged tail's epilogue (kGemmMergeTails), through the warp's staging buffer. The swapped
+// accumulator of consumer thread ct (TileTraits::TiledMmaT: two warpgroups along M, 64 tile columns
+// each, MMA_M = BN / 128 blocks) holds element c + 2 rr + 4 j + (kTail / 2) mi = (tile column
+// n = 128 mi + 64 wg + 16 w + lane / 4 + 8 rr, tail row r = 8 j + 2 (lane % 4) + c), w = warp in the
+// warpgroup: each warp holds all kTail rows of 16 columns per m block. It writes them as bf16 into its
+// 2 KB staging ([r][columns]), then lane r stores row r with 16-byte stores. Registers: stores
+// straight from the accumulator layout needed a 64-bit address per row and element live beside both
+// accumulators, and spilled kernel-wide. Order as the main epilogue: the pre-activation (bf16(acc),
+// all n columns, to c_aux), SwiGLU (the up column n + 8 of a gate column n is element + 2), the row
+// scale, rounding. Called before the main epilogue, after the warp's previous TMA stores read the staging.
+__device__ __forceinline__ void st_shared_b16(uint32_t addr, float v) {
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(*reinterpret_cast<const unsigned short*>(&h)) : "memory");
+}
+// Lane `lane` stores its row r = lane of the staged [kTail][kCols] bf16 block: kCols / 8 chunks of
+// 16 bytes; chunk q goes to crow + col0 + (q / (kCols / kBlocks)) * block_stride + 8 * (q % ...).
+template <int kCols, int kBlocks>
+__device__ __forceinline__ void store_staged_rows(uint32_t stage, int lane, int tail, __nv_bfloat16* crow, int col0,
+                                                  int block_stride, int n_out) {
+  if (lane >= tail) return;
+  constexpr int kChunks = kCols / 8, kPerBlock = kChunks / kBlocks;
+#pragma unroll
+  for (int q = 0; q < kChunks; ++q) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(stage + lane * (kCols * 2) + q * 16));
+    const int col = col0 + (q / kPerBlock) * block_stride + 8 * (q % kPerBlock);
+    if (col + 8 <= n_out) {
+      *reinterpret_cast<uint4*>(crow + col) = v;
+    } else {
+      uint16_t* d16 = reinterpret_cast<uint16_t*>(crow + col);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t word = k < 2 ? v.x : k < 4 ? v.y : k < 6 ? v.z : v.w;
+        if (col + k < n_out) d16[k] = static_cast<uint16_t>(word >> (16 * (k & 1)));
+      }
+    }
+  }
+}
+template <class FragT>
+__device__ __forceinline__ void epilogue_tail(const GemmParams& p, const TileCoord& t, const FragT& acc_t, int ct,
+                                              uint32_t stage) {
+  constexpr int kSize = decltype(size(acc_t))::value;
+  constexpr int kPerM = kGemmTailRows / 2;  // elements per m64 block: (2, 2, kTail / 8)
+  constexpr int kM = kSize / kPerM;         // m blocks of 128 columns (2 for BN = 256)
+  static_assert(kSize % kPerM == 0 && 16 * kM * kGemmTailRows * 2 <= kEpiWarpBytes, "the tail's columns fit the warp's staging");
+  const int lane = ct % 32;
+  const int n_warp = 64 * (ct / 128) + 16 * ((ct % 128) / 32);  // the warp's first column of m block 0
+  const int r_thr = 2 * (lane % 4), q_thr = lane / 4;
+  const int64_t row = t.c_row0 + kGemmBlockM + lane;  // the row lane stores
+  // Lane r's row scale, for the threads whose elements are in row r.
+  const float my_scale = (p.epilogue & kGemmEpiRowScale) && lane < t.tail ? __ldg(p.row_scale + row) : 1.0f;
+  wait_staging_read<0>(lane);
+  if (p.epilogue & kGemmEpiSavePreact) {  // [r][16 kM] columns: bf16(acc), unscaled
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      const int v = i % kPerM, mi = i / kPerM;
+      const int r = r_thr + 8 * (v / 4) + v % 2, q = 16 * mi + 8 * ((v / 2) % 2) + q_thr;
+      st_shared_b16(stage + r * (32 * kM) + q * 2, acc_t(i));
+    }
+    __syncwarp();
+    store_staged_rows<16 * kM, kM>(stage, lane, t.tail, static_cast<__nv_bfloat16*>(p.c_aux) + row * p.ldc_aux,
+                                   t.n0 + n_warp, 128, p.n);
+    __syncwarp();
+  }
+  if (p.epilogue & kGemmEpiSwiGLU) {  // [r][8 kM] output columns n0 / 2 + 64 mi + n_warp / 2 + (0..7)
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      const int v = i % kPerM, mi = i / kPerM;
+      if ((v / 2) % 2 == 1) continue;  // an up element: consumed with its gate element (i - 2)
+      const int r = r_thr + 8 * (v / 4) + v % 2, q = 8 * mi + q_thr;
+      const float val = silu(acc_t(i)) * acc_t(i + 2 < kSize ? i + 2 : i) * __shfl_sync(0xffffffffu, my_scale, r);
+      st_shared_b16(stage + r * (16 * kM) + q * 2, val);
+    }
+    __syncwarp();
+    store_staged_rows<8 * kM, kM>(stage, lane, t.tail, static_cast<__nv_bfloat16*>(p.c) + row * p.ldc,
+                                  t.n0 / 2 + n_warp / 2, 64, p.n_out);
+  } else {  // [r][16 kM] columns n0 + 128 mi + n_warp + (0..15)
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      const int v = i % kPerM, mi = i / kPerM;
+      const int r = r_thr + 8 * (v / 4) + v % 2, q = 16 * mi + 8 * ((v / 2) % 2) + q_thr;
+      st_shared_b16(stage + r * (32 * kM) + q * 2, acc_t(i) * __shfl_sync(0xffffffffu, my_scale, r));
+    }
+    __syncwarp();
+    store_staged_rows<16 * kM, kM>(stage, lane, t.tail, static_cast<__nv_bfloat16*>(p.c) + row * p.ldc,
+                                   t.n0 + n_warp, 128, p.n_out);
+  }
+  __syncwarp();  // the staging is read before the main epilogue writes it
 }
 
 // kPairB (experiment, standalone engine only; docs/design/gemm.md, "Where the remaining gap is"):
@@ -538,10 +651,12 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   constexpr bool kKeep = !kPairB;
 
   // smem: 1024-byte aligned (the 128-byte swizzle atoms of the ring need it), checked below.
+  constexpr int kTail = Cfg::kTail;
   T* smem_a = reinterpret_cast<T*>(smem);
-  T* smem_b = reinterpret_cast<T*>(smem + kStages * Cfg::kStageBytesA);
-  char* epi_stage = smem + Cfg::kRingBytes;  // kEpiBuffers x kEpiStageBytes, 2 x 2 KB per consumer warp
-  uint64_t* full = reinterpret_cast<uint64_t*>(epi_stage + kEpiBuffers * kEpiStageBytes);
+  T* smem_t = reinterpret_cast<T*>(smem + kStages * Cfg::kStageBytesA);  // kTail x 64 per stage (kTail > 0)
+  T* smem_b = reinterpret_cast<T*>(smem + kStages * (Cfg::kStageBytesA + Cfg::kStageBytesT));
+  char* epi_stage = smem + Cfg::kRingBytes;  // Cfg::kEpiBuffers x kEpiStageBytes, 2 KB each per consumer warp
+  uint64_t* full = reinterpret_cast<uint64_t*>(epi_stage + Cfg::kEpiBuffers * kEpiStageBytes);
   uint64_t* empty = full + kStages;
 
   const int warp_idx = thread_idx / 32;
@@ -549,32 +664,23 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   const int wg_idx = thread_idx / 128;
   const int count = static_cast<int>(a.count);
 
-  // Ring carry: the previous task of this CTA may have loaded this call's first k blocks already
-  // (read by every thread before the barrier below; the producer's claim_next clears it after).
-  GemmRingCarry carry_in{0u, 0u, 0u};
-  if constexpr (requires { wait.ring_carry(); }) {
-    const GemmRingCarry* c = wait.ring_carry();
-    if (c != nullptr && c->loads > 0) carry_in = *c;
-  }
   if (thread_idx == 0) {
     if (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) & 1023u) __trap();  // see TileConfig::kSmemBytes
     // The producer thread's first TMA needs both descriptors: start fetching them now, under the
     // barrier init and __syncthreads (a one-wave GEMM pays the fetch once per CTA on its critical path).
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_a));
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_b));
-    // A carried ring is mid-flight: its barriers keep their phases (the loads complete on them).
-    if (carry_in.loads == 0) {
+    if constexpr (kTail > 0) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_t));
 #pragma unroll
-      for (int s = 0; s < kStages; ++s) {
-        cutlass::arch::ClusterBarrier::init(&full[s], 1);
-        cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
-      }
-      cutlass::arch::fence_barrier_init();
-      // The previous task may have used this shared memory through the generic proxy (the MoE
-      // bodies' row tables, another tile shape's staging); the runtime's barrier after it orders
-      // those accesses before this thread, and this fence orders them before its TMA writes.
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int s = 0; s < kStages; ++s) {
+      cutlass::arch::ClusterBarrier::init(&full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
     }
+    cutlass::arch::fence_barrier_init();
+    // The previous task may have used this shared memory through the generic proxy (the MoE
+    // bodies' row tables, another tile shape's staging); the runtime's barrier after it orders
+    // those accesses before this thread, and this fence orders them before its TMA writes.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
   __syncthreads();
   static_assert(!kPairB || (!kAMn && !kBMn), "kPairB: A row-major, B [N, K] only");
@@ -584,44 +690,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp_idx == 0) {
       const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
-      // The producer thread: waits until the consumers released ring stage walk.stage, expects k
-      // block kb's bytes on its full barrier and issues its TMA loads (those not resident).
-      auto load_k_block = [&](const GemmParams& q, const TileCoord& t, int kb, int kept, bool skip_a, bool skip_b,
-                              StageWalk<kStages>& walk) {
-        const int stage = walk.stage;
-        cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
-        const uint32_t bytes =
-            (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) + (skip_b ? 0u : uint32_t(Cfg::kStageBytesB));
-        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
-        T* sa = smem_a + (kept == kKeepA ? kb : stage) * (kBM * kBK);
-        T* sb = smem_b + (kept == kKeepB ? kb : stage) * (kBN * kBK);
-        const int k0 = t.k_base + kb * kBK;
-        if (skip_a) {
-          // A of this k block is resident (an earlier tile of the run loaded it).
-        } else if constexpr (kAMn) {
-#pragma unroll
-          for (int j = 0; j < kBM / 64; ++j)
-            SM90_TMA_LOAD_2D::copy(&q.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
-        } else {
-          SM90_TMA_LOAD_2D::copy(&q.tma_a, &full[stage], hint, sa, k0, t.a_row0);
-        }
-        if (skip_b) {
-          // B likewise.
-        } else if constexpr (kPairB) {
-          if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
-            SM90_TMA_LOAD_MULTICAST_3D::copy(&q.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
-        } else if constexpr (kBMn) {
-#pragma unroll
-          for (int j = 0; j < kBN / 64; ++j)
-            SM90_TMA_LOAD_3D::copy(&q.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
-        } else {
-          SM90_TMA_LOAD_3D::copy(&q.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
-        }
-        walk.advance();
-      };
       StageWalk<kStages> walk;
-      walk.stage = static_cast<int>(carry_in.stage);
-      walk.phase = carry_in.phase;
       for (int i = 0; i < count; ++i) {
         const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
@@ -633,11 +702,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
 #pragma unroll
             for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
           }
-          // The first tile's carried k blocks are in flight already (their waits were checked).
-          const int carried = i == 0 ? static_cast<int>(carry_in.loads) : 0;
-#pragma unroll 1
-          for (int kb = 0; kb < carried; ++kb) walk.advance();
-          for (int kb = carried; kb < t.num_kb; ++kb) {
+          for (int kb = 0; kb < t.num_kb; ++kb) {
+            const int stage = walk.stage;
+            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
             if (kb == 0) KOSMOS_GEMM_MARK(1, 4);
             if (kb == t.num_kb - 1) KOSMOS_GEMM_MARK(1, 5);
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
@@ -646,7 +713,38 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
               wait(t.wait_m, kb);
               fence_proxy_async_global();
             }
-            load_k_block(p, t, kb, kept, skip_a, skip_b, walk);
+            const bool tail = kTail > 0 && t.tail > 0;  // never with a resident operand (StageWalk)
+            const uint32_t bytes = (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) +
+                                   (skip_b ? 0u : uint32_t(Cfg::kStageBytesB)) + (tail ? uint32_t(Cfg::kStageBytesT) : 0u);
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
+            T* sa = smem_a + (kept == kKeepA ? kb : stage) * (kBM * kBK);
+            T* sb = smem_b + (kept == kKeepB ? kb : stage) * (kBN * kBK);
+            const int k0 = t.k_base + kb * kBK;
+            if constexpr (kTail > 0) {  // the merged tail's rows, [a_row0 + BM, + kTail) (past them: masked)
+              if (tail) SM90_TMA_LOAD_2D::copy(&p.tma_t, &full[stage], hint, smem_t + stage * (kTail * kBK), k0, t.a_row0 + kBM);
+            }
+            if (skip_a) {
+              // A of this k block is resident (an earlier tile of the run loaded it).
+            } else if constexpr (kAMn) {
+#pragma unroll
+              for (int j = 0; j < kBM / 64; ++j)
+                SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
+            } else {
+              SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa, k0, t.a_row0);
+            }
+            if (skip_b) {
+              // B likewise.
+            } else if constexpr (kPairB) {
+              if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
+                SM90_TMA_LOAD_MULTICAST_3D::copy(&p.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
+            } else if constexpr (kBMn) {
+#pragma unroll
+              for (int j = 0; j < kBN / 64; ++j)
+                SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
+            } else {
+              SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
+            }
+            walk.advance();
           }
           KOSMOS_GEMM_NEXT(1);
         }
@@ -657,45 +755,6 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if constexpr (requires { wait.loads_issued(); }) {
         if (lane_idx == 0) wait.loads_issued();
       }
-      // Warp 0's share of the barrier below: past it the consumers are done with this task.
-      if constexpr (kSetMaxNReg) named_barrier_sync(kRegsBarrier, 384);
-      // Ring carry: the consumers are done (their stores read, and written when awaited); when the
-      // CTA's next task (claimed by loads_issued) is a ready GEMM tile of this shape and these
-      // operand majors, load its first k blocks into the ring now, so that they are in flight
-      // during the runtime's hop instead of after it. Only k blocks whose operand waits are already
-      // met (checked without spinning), never a resident operand (the next call starts without
-      // one). Warp 0, all lanes, at 56 registers (holding the producer's state across the other
-      // warps' barrier below spilled kernel-wide). Measured slower so far, in this form and under
-      // the epilogue (docs/design/gemm.md, "Ring carry").
-      if constexpr (kSetMaxNReg && requires { wait.ring_carry(); }) {
-        if (wait.ring_carry() != nullptr) {
-          __syncwarp();  // lane 0's claim (shared memory) before every lane reads it
-          const GemmParams* nq = nullptr;
-          GemmTileArgs na{};
-          if (walk.kept == kKeepNone && wait.next_tile(nq, na) && nq->tile_shape == p.tile_shape &&
-              ((nq->layout ^ p.layout) & (kGemmAColMajor | kGemmBTransposed)) == 0) {
-            const TileCoord nt = resolve_tile<kBN>(*nq, na, 0, lane_idx);
-            StageWalk<kStages> fresh;
-            bool load_kept, drain;
-            const bool none_kept = fresh.template start_tile<kKeep>(*nq, nt, na, load_kept, drain) == kKeepNone;
-            if (lane_idx == 0 && nt.valid && none_kept) {
-              const int depth = wait.ring_carry_depth(kStages);
-              const int most = nt.num_kb < depth ? nt.num_kb : depth;
-              int n = 0;
-              while (n < most && wait.next_ready(nt.wait_m, n)) ++n;
-              if (n > 0) {
-                // The claim's and the readiness checks' acquires before the TMA reads (none: no fence;
-                // the fence waits for this CTA's bulk stores still in flight).
-                if (wait.next_carry_acquired()) fence_proxy_async_global();
-                const GemmRingCarry c{static_cast<uint32_t>(n), static_cast<uint32_t>(walk.stage), walk.phase};
-#pragma unroll 1
-                for (int kb = 0; kb < n; ++kb) load_k_block(*nq, nt, kb, kKeepNone, false, false, walk);
-                *wait.ring_carry() = c;
-              }
-            }
-          }
-        }
-      }
     }
     if constexpr (kSetMaxNReg) {
       // NOTE: setmaxnreg acts per warp on a per-CTA pool. Warps 1..3 reach this point at once; if
@@ -703,7 +762,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       // warps could wait forever. So the producer warpgroup re-grows only after both consumer
       // warpgroups have shrunk back (named barrier kRegsBarrier; it also orders this warpgroup's
       // dec and inc as setmaxnreg requires).
-      if (warp_idx != 0) named_barrier_sync(kRegsBarrier, 384);  // warp 0 synced above
+      named_barrier_sync(kRegsBarrier, 384);
       cutlass::arch::warpgroup_reg_alloc<kEntryRegs>();
     }
   } else {
@@ -725,11 +784,16 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     Tensor tCrB = thr.make_fragment_B(tCsB);
     Tensor acc = partition_fragment_C(mma, Shape<Int<kBM>, Int<kBN>>{});  // ((2,2,BN/8),1,1) fp32
     static_assert(size(acc) == kBN / 2, "expected a 64 x BN accumulator per warpgroup");
+    // The merged tail's swapped product (TileTraits; dead code unless kTail > 0).
+    typename Tr::TiledMmaT mma_t;
+    auto thr_t = mma_t.get_thread_slice(ct);
+    Tensor sT = make_tensor(make_smem_ptr(smem_t), typename Tr::SmemLayoutT{});  // (kTail, BK, S)
+    Tensor tTrA = thr_t.make_fragment_A(thr_t.partition_A(sB));                 // B stage as A: (BN, BK, S)
+    Tensor tTrB = thr_t.make_fragment_B(thr_t.partition_B(sT));
+    Tensor acc_t = partition_fragment_C(mma_t, Shape<Int<kBN>, typename Tr::TN>{});  // (n, tail row)
     const bool signal_thread = (ct % 128) == 0;
 
     StageWalk<kStages> walk;
-    walk.stage = static_cast<int>(carry_in.stage);
-    walk.phase = carry_in.phase;
     for (int i = 0; i < count; ++i) {
       const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
@@ -739,31 +803,60 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc);
+      const bool tail = kTail > 0 && t.tail > 0;
+      if constexpr (kTail > 0) {
+        mma_t.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(acc_t);
+      }
       int prev_stage = -1;
       const int num_kb = t.num_kb;
       if (num_kb == 0) {  // grouped-K group without rows: the tile is zeros (nothing was loaded)
 #pragma unroll
         for (int e = 0; e < size(acc); ++e) acc(e) = 0.0f;
-      }
-      for (int kb = 0; kb < num_kb; ++kb) {
-        const int stage = walk.stage;
-        cutlass::arch::ClusterBarrier::wait(&full[stage], walk.phase);
-        const int a_idx = kept == kKeepA ? kb : stage, b_idx = kept == kKeepB ? kb : stage;
-        if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
-        warpgroup_arrive();
+        // (acc_t too: never read then -- no tail without k blocks -- but a path on which the
+        // previous tile's acc_t could reach its epilogue keeps it live through every main epilogue.)
+        if constexpr (kTail > 0) {
 #pragma unroll
-        for (int k = 0; k < size<2>(tCrA); ++k) {
-          cute::gemm(mma, tCrA(_, _, k, a_idx), tCrB(_, _, k, b_idx), acc);
-          mma.accumulate_ = GMMA::ScaleOut::One;
+          for (int e = 0; e < size(acc_t); ++e) acc_t(e) = 0.0f;
         }
-        warpgroup_commit_batch();
-        warpgroup_wait<1>();
-        if (prev_stage >= 0 && signal_thread) {
-          cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
-          if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
+      }
+      // The k loop, with or without the merged tail's wgmmas (two copies, so that each k block's
+      // batch is straight-line code: a branch inside it made ptxas close the batch with a dummy
+      // wgmma in every k block of the tiles without a tail).
+      auto k_loop = [&](auto with_tail) {
+        for (int kb = 0; kb < num_kb; ++kb) {
+          const int stage = walk.stage;
+          cutlass::arch::ClusterBarrier::wait(&full[stage], walk.phase);
+          const int a_idx = kept == kKeepA ? kb : stage, b_idx = kept == kKeepB ? kb : stage;
+          if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
+          warpgroup_arrive();
+#pragma unroll
+          for (int k = 0; k < size<2>(tCrA); ++k) {
+            cute::gemm(mma, tCrA(_, _, k, a_idx), tCrB(_, _, k, b_idx), acc);
+            mma.accumulate_ = GMMA::ScaleOut::One;
+          }
+          if constexpr (decltype(with_tail)::value) {  // no resident operand with a tail: b_idx == stage
+#pragma unroll
+            for (int k = 0; k < size<2>(tTrA); ++k) {
+              cute::gemm(mma_t, tTrA(_, _, k, stage), tTrB(_, _, k, stage), acc_t);
+              mma_t.accumulate_ = GMMA::ScaleOut::One;
+            }
+          }
+          warpgroup_commit_batch();
+          warpgroup_wait<1>();
+          if (prev_stage >= 0 && signal_thread) {
+            cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+            if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
+          }
+          prev_stage = stage;
+          walk.advance();
         }
-        prev_stage = stage;
-        walk.advance();
+      };
+      if constexpr (kTail > 0) {
+        if (tail) k_loop(std::true_type{});
+        else k_loop(std::false_type{});
+      } else {
+        k_loop(std::false_type{});
       }
       warpgroup_wait<0>();
       if (signal_thread && prev_stage >= 0) {
@@ -771,24 +864,30 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
       }
       warpgroup_fence_operand(acc);
+      if constexpr (kTail > 0) warpgroup_fence_operand(acc_t);
       if (ct == 0) KOSMOS_GEMM_MARK(0, 2);
 
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
         const uint32_t warp_stage = static_cast<uint32_t>(__cvta_generic_to_shared(epi_stage)) + cw * kEpiWarpBytes;
+        // The merged tail first: its 32 accumulators live through the main epilogue's deepest
+        // register use spilled (kernel-wide).
+        if constexpr (kTail > 0) {
+          if (tail) epilogue_tail(p, t, acc_t, ct, warp_stage);
+        }
         // TMA stores for tiles whose 128 rows are all C's: a dense tile (the TMA clips rows past m),
         // or a grouped one with every row in its group (past them are the next group's rows).
         const bool tma = (p.epilogue & kGemmEpiTmaStore) && (t.rows == kBM || (p.num_groups == 0 && !(p.layout & kGemmGroupedK)));
         if (p.epilogue & kGemmEpiSwiGLU) {
           if (p.epilogue & kGemmEpiSavePreact) epilogue_staged<kBN / 8, false, true>(p, t, acc, warp_stage, cw, lane);
           if constexpr (kBN / 16 >= 8) {  // 64 output columns or more (not the 128x64 tile)
-            if (tma) epilogue_tma<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
+            if (tma) epilogue_tma<kBN / 16, true, Cfg::kEpiBuffers>(p, t, acc, warp_stage, cw, lane);
             else epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
           } else {
             epilogue_staged<kBN / 16, true>(p, t, acc, warp_stage, cw, lane);
           }
         } else {
-          if (tma) epilogue_tma<kBN / 8, false>(p, t, acc, warp_stage, cw, lane);
+          if (tma) epilogue_tma<kBN / 8, false, Cfg::kEpiBuffers>(p, t, acc, warp_stage, cw, lane);
           else epilogue_staged<kBN / 8, false>(p, t, acc, warp_stage, cw, lane);
         }
         if (ct == 0) {
@@ -903,6 +1002,8 @@ __device__ __forceinline__ void gemm_tile(const GemmParams& p, const GemmTileArg
     gemm_tile_layouts<Config128x128>(p, a, smem, thread_idx, wait);
   } else if (p.tile_shape == GemmTileShape::k128x64) {
     gemm_tile_layouts<Config128x64>(p, a, smem, thread_idx, wait);
+  } else if (p.layout & kGemmMergeTails) {  // make_gemm_params: grouped, A row-major, B [K, N] only
+    gemm_tile_impl<Config128x256Tail, false, true, true>(p, a, smem, thread_idx, wait);
   } else {
     gemm_tile_layouts<Config128x256>(p, a, smem, thread_idx, wait);
   }
