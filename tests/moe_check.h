@@ -419,9 +419,10 @@ inline MoeConfig moe_config(int W, int64_t T, int64_t H, int64_t I, int E, int k
 // by GEMM1's epilogue instead of recomputed), fused == unfused, run twice (the backward leaves the
 // saved activations intact), and against fp64. "" when all hold, else what failed.
 inline std::string check_saved_activations(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing,
-                                           bool cpu, uint64_t seed, cudaStream_t st = nullptr) {
+                                           bool cpu, uint64_t seed, cudaStream_t st = nullptr, int max_ctas = 0) {
   MoeConfig a = moe_config(W, T, H, I, E, k, cpu);
   a.backward = true;
+  a.max_ctas = max_ctas;
   MoeConfig b = a;
   b.save_activations = true;
   std::unique_ptr<MoeLayer> A, B;

@@ -247,8 +247,9 @@ TEST(GpuMoeMergedTails, AgainstFp64AndSeparateTiles) {
     std::vector<std::vector<uint16_t>> y[2];
     for (int merge = 0; merge < 2; ++merge) {
       SCOPED_TRACE("W=" + std::to_string(W) + " merge_tails=" + std::to_string(merge));
-      // 16 CTAs: the tile heuristic picks 128 x 256 for both GEMMs (merging needs it)
-      run_moe(W, 579, 256, 128, 8, 2, Routing::kTails, 0, 0, 0, 0, &y[merge], merge != 0, 16,
+      // As many CTAs as 128 x 256 tiles (18 slots at W = 1, 23 per rank at W = 2): the tile heuristic
+      // picks 128 x 256 for both GEMMs (merging needs it; at 132 CTAs it picks 128 x 128 here).
+      run_moe(W, 579, 256, 128, 8, 2, Routing::kTails, 0, 0, 0, 0, &y[merge], merge != 0, W == 1 ? 18 : 23,
               merge ? "tails of <= 32 rows merged" : nullptr);
     }
     ASSERT_EQ(y[0].size(), y[1].size());
@@ -262,9 +263,9 @@ TEST(GpuMoeMergedTails, AgainstFp64AndSeparateTiles) {
       EXPECT_LE(diff, 1e-2 * mag) << "W=" << W << " rank " << r << ": y merged and not differ by " << diff << " (max |y| " << mag << ")";
     }
   }
-  run_moe(1, 579, 1024, 384, 8, 2, Routing::kTails, 0, 0, 0, 0, nullptr, true, 0, "tails of <= 32 rows merged");
+  run_moe(1, 579, 1024, 384, 8, 2, Routing::kTails, 0, 0, 0, 0, nullptr, true, 18, "tails of <= 32 rows merged");
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  EXPECT_EQ(check_saved_activations(1, 579, 1024, 384, 8, 2, Routing::kTails, false, 63, st), "");  // merged at 132 CTAs
+  EXPECT_EQ(check_saved_activations(1, 579, 1024, 384, 8, 2, Routing::kTails, false, 63, st, 18), "");
   cudaStreamDestroy(st);
 }

@@ -115,7 +115,8 @@ inline constexpr int kEpiStageBytes = 8 * kEpiWarpBytes;  // 16 KB
 
 // kTail_ > 0: the tile also computes up to kTail_ rows past its 128 (a group's short last block
 // merged into the block before it, kGemmMergeTails): each stage has a kTail_ x 64 A area beside
-// the A and B ones, and the epilogue one staging buffer instead of two (the shared memory is full).
+// the A and B ones. The epilogue has two staging buffers when they fit beside the ring, else one.
+inline constexpr int kGemmSmemLimit = 229504;  // dynamic shared memory beside the op kernel's 2 KB of static
 template <int BN_, int Stages_, int kTail_ = 0>
 struct TileConfig {
   static constexpr int kBM = kGemmBlockM;
@@ -123,11 +124,11 @@ struct TileConfig {
   static constexpr int kBK = kGemmBlockK;
   static constexpr int kStages = Stages_;
   static constexpr int kTail = kTail_;
-  static constexpr int kEpiBuffers = kTail_ > 0 ? 1 : 2;
   static constexpr int kStageBytesA = kBM * kBK * 2;
   static constexpr int kStageBytesT = kTail * kBK * 2;
   static constexpr int kStageBytesB = kBN * kBK * 2;
   static constexpr int kRingBytes = kStages * (kStageBytesA + kStageBytesT + kStageBytesB);
+  static constexpr int kEpiBuffers = kRingBytes + 2 * kEpiStageBytes + 2 * kStages * 8 <= kGemmSmemLimit ? 2 : 1;
   // No alignment slack: every kernel running the body declares its dynamic shared memory
   // `extern __shared__ __align__(1024)`, which places it at a 1024-byte boundary (checked at run
   // time in gemm_tile_impl); with two staging buffers the 1 KB of slack no longer fits beside the
@@ -137,7 +138,11 @@ struct TileConfig {
 using Config128x256 = TileConfig<256, 4>;
 using Config128x128 = TileConfig<128, 6>;
 using Config128x64 = TileConfig<64, 8>;
-using Config128x256Tail = TileConfig<256, 4, kGemmTailRows>;
+#ifndef KOSMOS_GEMM_TAIL_STAGES  // experiments: 3 stages leave room for two staging buffers
+#define KOSMOS_GEMM_TAIL_STAGES 4
+#endif
+using Config128x256Tail = TileConfig<256, KOSMOS_GEMM_TAIL_STAGES, kGemmTailRows>;
+static_assert(Config128x256::kEpiBuffers == 2 && Config128x128::kEpiBuffers == 2 && Config128x64::kEpiBuffers == 2);
 static_assert(Config128x256Tail::kSmemBytes <= Config128x256::kSmemBytes, "the merged-tail tile must fit the 128x256 tile's shared memory");
 
 template <class Cfg, bool kAMn, bool kBMn>
