@@ -46,7 +46,9 @@ Status OpRunner::create(const plan::Plan& plan, std::vector<GemmProblemSpec> pro
     go.watchdog_seconds = options.watchdog_seconds;
     go.trace = options.trace;
     go.max_ctas = options.max_ctas;
-    go.variant = &op_kernel_variant();
+    bool merged_tails = false;
+    for (const GemmProblemSpec& p : r->problems_) merged_tails |= p.desc.merge_tails;
+    go.variant = &op_kernel_variant(merged_tails);
     KOSMOS_RETURN_IF_ERROR(runtime::GpuExecutor::create(plan, go, &r->gpu_));
   } else {
     runtime::CpuOptions co;

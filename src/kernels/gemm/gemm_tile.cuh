@@ -999,7 +999,10 @@ __device__ __forceinline__ void gemm_tile_pair_b(const GemmParams& p, const Gemm
 }
 
 // The task body. Dispatches on the problem's tile shape and operand majors (uniform branches).
-template <class Waiter>
+// kMergedTails: whether the merged-tail tile (kGemmMergeTails) is compiled in. It costs the whole
+// kernel a few spilled registers, so the op kernel has a variant without it for plans that do not
+// merge; a problem with the flag reaching a kernel without it traps.
+template <class Waiter, bool kMergedTails = true>
 __device__ __forceinline__ void gemm_tile(const GemmParams& p, const GemmTileArgs& a, char* smem, int thread_idx,
                                           Waiter& wait) {
   using namespace detail;
@@ -1008,7 +1011,8 @@ __device__ __forceinline__ void gemm_tile(const GemmParams& p, const GemmTileArg
   } else if (p.tile_shape == GemmTileShape::k128x64) {
     gemm_tile_layouts<Config128x64>(p, a, smem, thread_idx, wait);
   } else if (p.layout & kGemmMergeTails) {  // make_gemm_params: grouped, A row-major, B [K, N] only
-    gemm_tile_impl<Config128x256Tail, false, true, true>(p, a, smem, thread_idx, wait);
+    if constexpr (kMergedTails) gemm_tile_impl<Config128x256Tail, false, true, true>(p, a, smem, thread_idx, wait);
+    else __trap();
   } else {
     gemm_tile_layouts<Config128x256>(p, a, smem, thread_idx, wait);
   }
