@@ -392,8 +392,10 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     };
     KOSMOS_RETURN_IF_ERROR(probe_both());
     // Merged tails change which rows a slot covers, so GEMM2's slots (and its waits on GEMM1's slot
-    // runs) stay GEMM1's only when both merge: both on 128 x 256 tiles, or neither.
-    if (cfg.merge_tails && p1.tile_shape == kernels::gemm::GemmTileShape::k128x256 &&
+    // runs) stay GEMM1's only when both merge: both on 128 x 256 tiles, or neither. Not in the decode
+    // regime: an expert then gets at most one block under uniform routing, nothing to merge, and the
+    // kernel variant that can merge costs a few spilled registers.
+    if (cfg.merge_tails && !ops::moe::decode_regime(cfg) && p1.tile_shape == kernels::gemm::GemmTileShape::k128x256 &&
         p2.tile_shape == kernels::gemm::GemmTileShape::k128x256) {
       g1.desc.merge_tails = g2.desc.merge_tails = true;
       KOSMOS_RETURN_IF_ERROR(probe_both());
