@@ -28,7 +28,9 @@
 //   epilogue staging 2 buffers x 8 warps x 16 rows x 128 B = 32 KB | full[Stages], empty[Stages]
 //   mbarriers. 128x256: 4 stages x 48 KB -> 229,440 B;  128x128: 6 x 32 KB -> 229,472 B;  128x64:
 //   8 x 24 KB -> 229,504 B (kGemmSmemBytesMax); with the op kernel's 2 KB of static shared memory
-//   231,552 of the 232,448 B a CTA may have. Nothing in shared memory survives the call.
+//   231,552 of the 232,448 B a CTA may have. The merged-tail tile (kGemmMergeTails,
+//   Config128x256Tail) has a 32 x 64 A area per stage after the A ring and one staging buffer
+//   (229,440 B). Nothing in shared memory survives the call.
 // Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
 // carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
@@ -551,9 +553,8 @@ __device__ __forceinline__ void epilogue_tma(const GemmParams& p, const TileCoor
 // each, MMA_M = BN / 128 blocks) holds element c + 2 rr + 4 j + (kTail / 2) mi = (tile column
 // n = 128 mi + 64 wg + 16 w + lane / 4 + 8 rr, tail row r = 8 j + 2 (lane % 4) + c), w = warp in the
 // warpgroup: each warp holds all kTail rows of 16 columns per m block. It writes them as bf16 into its
-// 2 KB staging ([r][columns]), then lane r stores row r with 16-byte stores. Registers: stores
-// straight from the accumulator layout needed a 64-bit address per row and element live beside both
-// accumulators, and spilled kernel-wide. Order as the main epilogue: the pre-activation (bf16(acc),
+// 2 KB staging ([r][columns]), then lane r stores row r with 16-byte stores (2-byte stores straight
+// from the accumulator layout spilled more: STACK 120). Order as the main epilogue: the pre-activation (bf16(acc),
 // all n columns, to c_aux), SwiGLU (the up column n + 8 of a gate column n is element + 2), the row
 // scale, rounding. Called before the main epilogue, after the warp's previous TMA stores read the staging.
 __device__ __forceinline__ void st_shared_b16(uint32_t addr, float v) {
@@ -875,8 +876,8 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
         const uint32_t warp_stage = static_cast<uint32_t>(__cvta_generic_to_shared(epi_stage)) + cw * kEpiWarpBytes;
-        // The merged tail first: its 32 accumulators live through the main epilogue's deepest
-        // register use spilled (kernel-wide).
+        // The merged tail first (after the main epilogue its 32 accumulators would live through
+        // that one's deepest register use; both orders leave the merging kernel 24 bytes of stack).
         if constexpr (kTail > 0) {
           if (tail) epilogue_tail(p, t, acc_t, ct, warp_stage);
         }
