@@ -205,6 +205,7 @@ void check_output(const Case& cs, const HostData& h, const std::vector<uint16_t>
 struct EngineOptions {
   bool tma_store = true;
   bool keep_operands = true;
+  bool merge_tails = false;
 };
 
 // out_copy: the output, when given.
@@ -230,6 +231,7 @@ void run_gpu_case(const Case& cs, std::mt19937_64& rng, EngineOptions opt = {}, 
   d.num_sms = sm_count();
   d.tma_store = opt.tma_store;
   d.keep_operands = opt.keep_operands;
+  d.merge_tails = opt.merge_tails;
   GemmParams p;
   const Status st = make_gemm_params(d, &p);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -456,6 +458,34 @@ TEST(GemmEngineGpu, KeptOperandsEqualRingLoads) {
   for (auto& cs : cases) {
     cs.name = case_name(cs);
     expect_same_output(cs, EngineOptions{}, EngineOptions{.keep_operands = false});
+  }
+}
+
+// Merged tails (kGemmMergeTails): a group's last block of <= 32 rows computed by the tile of the block
+// before it (a swapped wgmma on its B tile, an epilogue through the staging). Against fp64 (rows
+// between groups must keep their poison) and bit for bit against separate tiles: tails of 1, 17, 32
+// and 33 (not merged) rows, groups of one merged block (129 rows) back to back in runs of 3 slots,
+// K below, at and above one ring (kept operands are off for merged tiles), every epilogue the merged
+// tile has (store, row scale, SwiGLU), N not a multiple of 256.
+TEST(GemmEngineGpu, MergedTailsAgainstFp64AndSeparateTiles) {
+  KOSMOS_REQUIRE_GPU();
+  int i = 0;
+  for (uint32_t epi : {uint32_t(kGemmEpiStore), uint32_t(kGemmEpiRowScale), uint32_t(kGemmEpiSwiGLU)}) {
+    for (int k : {256, 1000, 64}) {
+      Case cs = mk(0, (epi & kGemmEpiSwiGLU) ? 768 : 776, k, false, false, epi);
+      int off = 0;
+      for (int mg : {129, 129, 0, 273, 160, 161, 7, 256, 1, 145, 300}) {
+        cs.group_offset.push_back(off);
+        cs.group_m.push_back(mg);
+        off += mg + (i % 2);  // odd cases: a row between groups keeps its poison
+      }
+      cs.m = off;
+      cs.shape = GemmTileShape::k128x256;
+      cs.run = (i % 3 == 0) ? 3 : 1;
+      cs.name = case_name(cs) + " merged";
+      expect_same_output(cs, EngineOptions{.merge_tails = true}, EngineOptions{});
+      ++i;
+    }
   }
 }
 
