@@ -48,6 +48,8 @@
 #include <cstdint>
 #include <cuda.h>  // CUtensorMap (type only; nothing links libcuda)
 
+#include "kosmos/plan.h"  // KOSMOS_HOST_DEVICE
+
 namespace kosmos::kernels::gemm {
 
 enum GemmEpilogueFlags : uint32_t {
@@ -90,15 +92,10 @@ inline constexpr int kGemmBlockK = 64;
 #endif
 inline constexpr int kGemmTailRows = KOSMOS_GEMM_TAIL_ROWS;  // rows a merged tail may have (kGemmMergeTails)
 
-#if defined(__CUDACC__)
-#define KOSMOS_GEMM_HD __host__ __device__
-#else
-#define KOSMOS_GEMM_HD
-#endif
 // Slots (m blocks) of a group of mg rows: ceil(mg / 128), one less when its short last block is
 // merged into the block before it (merge: kGemmMergeTails). *tail = the merged block's rows (0 if
 // none); that block is then block (slots - 1), covering 128 + *tail rows.
-KOSMOS_GEMM_HD inline int gemm_group_blocks(int mg, bool merge, int* tail) {
+KOSMOS_HOST_DEVICE inline int gemm_group_blocks(int mg, bool merge, int* tail) {
   const int blocks = mg > 0 ? (mg + kGemmBlockM - 1) / kGemmBlockM : 0;
   const int last = mg - (blocks - 1) * kGemmBlockM;
   const bool merged = merge && blocks >= 2 && last <= kGemmTailRows;
