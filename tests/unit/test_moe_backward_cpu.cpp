@@ -16,9 +16,11 @@ using namespace kosmos::test;
 namespace {
 
 void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0,
-                  int dw_tile_n = 0, int route_chunks = 0) {
+                  int dw_tile_n = 0, int route_chunks = 0, bool short_last_k = false,
+                  std::vector<MoeGradsOut>* grads_out = nullptr) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.route_chunks = route_chunks;
+  c.backward_short_last_k = short_last_k;
   c.backward = true;
   c.combine_tokens_per_task = tpt;
   c.backward_dx_lag = dx_lag;
@@ -44,6 +46,7 @@ void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, in
   for (int r = 0; r < W; ++r)
     EXPECT_TRUE(read_grads(*L, r) == fused[r]) << what << ": fused gradients of rank " << r
                                                << " differ from the unfused composition";
+  if (grads_out) *grads_out = std::move(fused);
 }
 
 }  // namespace
@@ -113,6 +116,18 @@ TEST(MoeBackwardCpuShapes, WeightGradientTileWidths) {
   EXPECT_NE(s.message().find("backward_dw_tile_n = 96"), std::string::npos) << s.message();
 }
 
+TEST(MoeBackwardCpuShapes, ShortLastKSameGradients) {
+  // backward_short_last_k: the weight-gradient tiles read an expert's rows up to the next multiple
+  // of 16, not 64 (the host tile as the device's short last k block); fp64, fused == unfused, and
+  // bit for bit the gradients of whole k blocks (the rows in between are zero padding).
+  for (int W : {1, 4}) {
+    std::vector<MoeGradsOut> g[2];
+    for (int on = 0; on < 2; ++on) run_backward(W, 150, 8, 2, Routing::kSkewed, 256, 128, 0, 0, 0, 0, on != 0, &g[on]);
+    ASSERT_EQ(g[0].size(), g[1].size());
+    for (size_t r = 0; r < g[0].size(); ++r) EXPECT_TRUE(g[0][r] == g[1][r]) << "W=" << W << " rank " << r;
+  }
+}
+
 TEST(MoeBackwardCpuShapes, ForwardStillMatchesWhenPlannedWithBackward) {
   MoeConfig c = moe_config(4, 19, 64, 64, 8, 2, true);
   c.backward = true;
@@ -174,7 +189,8 @@ int grouped_k_mismatches(int zero_to, bool short_last_k) {
   EXPECT_EQ(p.num_m_tiles, G * 2);
   EXPECT_EQ(p.num_n_tiles, 2);
   if (!s.is_ok() || p.num_m_tiles != G * 2) return -1;
-  if (!short_last_k) p.layout &= ~uint32_t(kGemmShortLastK);
+  // As GemmDesc::short_last_k would set it, whatever KOSMOS_GEMM_SHORT_LAST_K says.
+  p.layout = short_last_k ? (p.layout | kGemmShortLastK) : (p.layout & ~uint32_t(kGemmShortLastK));
   for (int nb = 0; nb < p.num_n_tiles; ++nb)
     for (int m0 = 0; m0 < p.num_m_tiles; m0 += 3) {  // runs of 3 slots cross group boundaries
       GemmTileArgs args{};
@@ -203,19 +219,23 @@ TEST(MoeGroupedK, HostTilesMatchExactSums) {
   EXPECT_EQ(grouped_k_mismatches(64, false), 0);
 }
 
-// kGemmShortLastK (set by make_gemm_params): a group's last k block reads its rows up to the next
+// kGemmShortLastK (GemmDesc::short_last_k): a group's last k block reads its rows up to the next
 // multiple of 16 (whole wgmma k steps), not of 64, so padding rows past that never reach C -- the
 // garbage past the 16-row step shows in every non-empty group of 1, 65 or 130 rows without it.
 TEST(MoeGroupedK, ShortLastKBlockReadsWholeKStepsOnly) {
   using namespace kosmos::kernels::gemm;
-  GemmDesc d;  // the flag is on by default (KOSMOS_GEMM_SHORT_LAST_K=0 turns it off for A/B timing)
+  GemmDesc d;  // GemmDesc::short_last_k sets the flag (KOSMOS_GEMM_SHORT_LAST_K=1 / 0 overrides it)
   d.a = d.b = d.c = reinterpret_cast<void*>(uintptr_t(4096));
   d.lda = d.ldb = d.ldc = d.m = d.n = d.k = 64;
   d.encode_tma = false;
-  GemmParams p;
-  ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
-  if (const char* e = std::getenv("KOSMOS_GEMM_SHORT_LAST_K"); e == nullptr || std::string(e) != "0")
-    EXPECT_NE(p.layout & kGemmShortLastK, 0u);
+  if (std::getenv("KOSMOS_GEMM_SHORT_LAST_K") == nullptr) {
+    for (bool on : {false, true}) {
+      d.short_last_k = on;
+      GemmParams p;
+      ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
+      EXPECT_EQ((p.layout & kGemmShortLastK) != 0, on);
+    }
+  }
   EXPECT_EQ(grouped_k_mismatches(16, true), 0);
   EXPECT_GT(grouped_k_mismatches(16, false), 0);  // the same data read in whole 64-row blocks
 }

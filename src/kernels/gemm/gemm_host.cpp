@@ -65,6 +65,10 @@ bool env_off(const char* name) {
   const char* e = std::getenv(name);
   return e != nullptr && std::string(e) == "0";
 }
+bool env_on(const char* name) {  // ... turned on (NAME=1)
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string(e) == "1";
+}
 
 // The TMA-store epilogue (kGemmEpiTmaStore): not with accumulate (read-add-store), and only into
 // this device's own memory -- a peer's buffer (another GPU's, through NVLink) keeps the 16-byte
@@ -205,8 +209,8 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
              (d.grouped_k ? kGemmGroupedK : 0u);
   static const bool keep_disabled = env_off("KOSMOS_GEMM_KEEP_OPERANDS");
   if (d.keep_operands && !keep_disabled) p.layout |= kGemmKeepOperands;
-  static const bool short_k_disabled = env_off("KOSMOS_GEMM_SHORT_LAST_K");  // A/B measurements
-  if (!short_k_disabled) p.layout |= kGemmShortLastK;
+  static const bool short_k_off = env_off("KOSMOS_GEMM_SHORT_LAST_K"), short_k_on = env_on("KOSMOS_GEMM_SHORT_LAST_K");
+  if ((d.short_last_k || short_k_on) && !short_k_off) p.layout |= kGemmShortLastK;
   if (d.merge_tails) {
     KOSMOS_CHECK(d.num_groups > 0 && !d.grouped_k, "GEMM merge_tails needs a problem grouped over M (num_groups = ",
                  d.num_groups, ", grouped_k = ", d.grouped_k, ")");

@@ -75,9 +75,9 @@ enum GemmLayoutFlags : uint32_t {
   // rows (gemm_group_blocks; the tail's product runs as Bᵀ · Aᵀ on the B tile already in shared
   // memory). The slot that block had is not used: the group takes one slot less.
   kGemmMergeTails = 1u << 4,
-  // Set by make_gemm_params: a tile's last k block, when K (grouped-K: the group's rows) ends inside
-  // it, issues only the wgmma k steps (16 deep) that hold rows of K; the rest are zeros (the TMA's
-  // fill past a dense K, the zeroed padding rows past a grouped-K group) and add nothing.
+  // Set by make_gemm_params (GemmDesc::short_last_k): a tile's last k block, when K (grouped-K: the
+  // group's rows) ends inside it, issues only the wgmma k steps (16 deep) that hold rows of K; the
+  // rest are zeros (the TMA's fill past a dense K, the zeroed padding rows past a grouped-K group).
   kGemmShortLastK = 1u << 5,
 };
 
