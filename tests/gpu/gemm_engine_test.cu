@@ -492,16 +492,17 @@ TEST(GemmEngineGpu, MergedTailsAgainstFp64AndSeparateTiles) {
 }
 
 // Short last k block (kGemmShortLastK): a tile whose K ends inside its last k block issues only the
-// 16-deep wgmma k steps holding rows of K. Against fp64 and bit for bit against whole k blocks (the
-// skipped steps multiply the TMA's zero fill): K leaving 1, 7, 16, 17, 33, 48 and 63 rows in the last
-// block, K below, at and past one ring (kept operands: K = 200, 130), all four layouts, the three
-// tile shapes, runs down M and along N, the epilogues.
+// 16-deep wgmma k steps holding rows of K (tiles of the grouped-K layout, TN: A [K, M], B [K, N]).
+// Against fp64 and bit for bit against whole k blocks (the skipped steps multiply the TMA's zero
+// fill): K leaving 1, 7, 16, 17, 8, 2 and 40 rows in the last block, K below, at and past one ring
+// (kept operands: K = 200, 130), the three tile shapes, runs down M and along N, the epilogues; one
+// NT case, which ignores the flag.
 TEST(GemmEngineGpu, ShortLastKEqualsWholeKBlocks) {
   KOSMOS_REQUIRE_GPU();
-  std::vector<Case> cases = {mk(300, 520, 1), mk(1000, 1000, 7, true), mk(513, 700, 80, false, true),
-                             mk(700, 1000, 81, true, true), mk(1000, 1000, 200, false, false, kGemmEpiRowScale),
-                             mk(513, 4096, 130, false, true, kGemmEpiSwiGLU | kGemmEpiRowScale),
-                             mk(1000, 1000, 1000, true), mk(256, 512, 127, false, true, kGemmEpiAccumulate)};
+  std::vector<Case> cases = {mk(300, 520, 1, true), mk(1000, 1000, 7, true), mk(513, 700, 80, true),
+                             mk(700, 1000, 81, true), mk(1000, 1000, 200, true, false, kGemmEpiRowScale),
+                             mk(513, 4096, 130, true, false, kGemmEpiSwiGLU | kGemmEpiRowScale),
+                             mk(1000, 1000, 1000, true, false, kGemmEpiAccumulate), mk(256, 512, 127, false, true)};
   const int runs[] = {2, 3, 1, 4, 5, 3, 1, 2};
   for (size_t i = 0; i < cases.size(); ++i) {
     cases[i].run = runs[i];

@@ -78,6 +78,7 @@ enum GemmLayoutFlags : uint32_t {
   // Set by make_gemm_params (GemmDesc::short_last_k): a tile's last k block, when K (grouped-K: the
   // group's rows) ends inside it, issues only the wgmma k steps (16 deep) that hold rows of K; the
   // rest are zeros (the TMA's fill past a dense K, the zeroed padding rows past a grouped-K group).
+  // Tiles of the grouped-K layout only (A [K, M], B [K, N]); others ignore it.
   kGemmShortLastK = 1u << 5,
 };
 

@@ -875,14 +875,22 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       // the tail's. These lambdas must be inlined (always_inline): with several call sites nvcc made
       // k_block a function of its own, the accumulators went through a 1 KB stack frame and ptxas
       // serialized every wgmma of the kernel (C7520, "WG.AR in divergent path"). Not with a merged
-      // tail (grouped over M, where K is whole k blocks in practice).
+      // tail (grouped over M, where K is whole k blocks in practice). Only in the grouped-K layout
+      // (A [K, M], B [K, N]; dense problems of that layout too): the three extra loops doubled the
+      // tile code's compile time when every layout had them, and a dense K tail is one k block of
+      // K / 64.
+      constexpr bool kShortLastK = kAMn && kBMn;
       int short_steps = 0;
-      if ((p.layout & kGemmShortLastK) && num_kb > 0) short_steps = (t.k_last + kGemmKStep - 1) / kGemmKStep;
+      if (kShortLastK && (p.layout & kGemmShortLastK) && num_kb > 0) short_steps = (t.k_last + kGemmKStep - 1) / kGemmKStep;
       auto k_loops = [&]() __attribute__((always_inline)) {
-        if (short_steps == 1) k_loop(std::false_type{}, Int<1>{});
-        else if (short_steps == 2) k_loop(std::false_type{}, Int<2>{});
-        else if (short_steps == 3) k_loop(std::false_type{}, Int<3>{});
-        else k_loop(std::false_type{}, Int<kSteps>{});
+        if constexpr (kShortLastK) {
+          if (short_steps == 1) k_loop(std::false_type{}, Int<1>{});
+          else if (short_steps == 2) k_loop(std::false_type{}, Int<2>{});
+          else if (short_steps == 3) k_loop(std::false_type{}, Int<3>{});
+          else k_loop(std::false_type{}, Int<kSteps>{});
+        } else {
+          k_loop(std::false_type{}, Int<kSteps>{});
+        }
       };
       if constexpr (kTail > 0) {
         if (tail) k_loop(std::true_type{}, Int<kSteps>{});
