@@ -60,15 +60,12 @@ Status encode(CUtensorMap* map, const char* what, const void* base, int rank, co
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// An engine feature turned off in the environment (NAME=0), for A/B runs of one binary.
-bool env_off(const char* name) {
+// An engine feature turned on (NAME=1) or off (NAME=0) in the environment, for A/B runs of one binary.
+bool env_is(const char* name, const char* value) {
   const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == "0";
+  return e != nullptr && std::string(e) == value;
 }
-bool env_on(const char* name) {  // ... turned on (NAME=1)
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == "1";
-}
+bool env_off(const char* name) { return env_is(name, "0"); }
 
 // The TMA-store epilogue (kGemmEpiTmaStore): not with accumulate (read-add-store), and only into
 // this device's own memory -- a peer's buffer (another GPU's, through NVLink) keeps the 16-byte
@@ -209,7 +206,7 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
              (d.grouped_k ? kGemmGroupedK : 0u);
   static const bool keep_disabled = env_off("KOSMOS_GEMM_KEEP_OPERANDS");
   if (d.keep_operands && !keep_disabled) p.layout |= kGemmKeepOperands;
-  static const bool short_k_off = env_off("KOSMOS_GEMM_SHORT_LAST_K"), short_k_on = env_on("KOSMOS_GEMM_SHORT_LAST_K");
+  static const bool short_k_off = env_off("KOSMOS_GEMM_SHORT_LAST_K"), short_k_on = env_is("KOSMOS_GEMM_SHORT_LAST_K", "1");
   if ((d.short_last_k || short_k_on) && !short_k_off) p.layout |= kGemmShortLastK;
   if (d.merge_tails) {
     KOSMOS_CHECK(d.num_groups > 0 && !d.grouped_k, "GEMM merge_tails needs a problem grouped over M (num_groups = ",
