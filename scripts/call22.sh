@@ -1,4 +1,7 @@
 #!/bin/bash
+# RECORD ONLY: ran in the twenty-third session on the kstep binaries (cea81b1). The short last k
+# block it measures was removed after it (no gain: docs/perf-notes.md, twenty-third session), so
+# main's bench moe no longer has --short-last-k.
 # The short last k block's device call (written in the twenty-second session, which got no machine:
 # NOT RUN YET). Build main, `scripts/variants.sh pack kstep`, then
 #   run(command="scripts/call22.sh", carry=["build/variants/kstep"])

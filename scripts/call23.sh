@@ -1,4 +1,7 @@
 #!/bin/bash
+# RECORD ONLY: ran in the twenty-third session on the kstep binaries (cea81b1). The short last k
+# block it measures was removed after it (no gain: docs/perf-notes.md, twenty-third session), so
+# main's bench moe no longer has --short-last-k.
 # The twenty-third session's device call (kstep binaries = main at cea81b1; the op kernel's split
 # into two translation units came after and changes no code):
 #   run(command="scripts/call23.sh", carry=["build/variants/kstep"], kind="nvidia-h200")
@@ -31,3 +34,11 @@ tar czf $OUT/fwd.tgz -C $OUT fwd && rm -rf $OUT/fwd
 ROUNDS=2 CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas,--merge-tails,1 qf0:--model,qwen3-235b,--tokens,4096,--skip-cublas,--merge-tails,0" \
   timeout 150 scripts/variants.sh ab kstep
 echo "ab merge-tails done $(el)"
+# 3. The backward against torch autograd on the same machine and routing (Qwen3 T = 4096, saved).
+mkdir -p $OUT/bwd
+b=$OUT/bwd/moe-bwd-qwen3-235b-t4096-w1-$g-23rd
+timeout 90 "$K" bench moe --model qwen3-235b --tokens 4096 --backward --save-activations --dump-routing $OUT/bwd/routing.json --json $b.json > $b.txt 2>&1
+echo "qwen3 bwd rc=$? $(grep -E '^  (un)?fused( backward)? \(' $b.txt | tr -s ' ' | tr '\n' ';') $(el)"
+timeout 120 python3 bench/torch_baselines.py moe --backward --routing $OUT/bwd/routing.json --json $OUT/bwd/torch-moe-bwd-qwen3-235b-t4096-$g-23rd.json > $OUT/bwd/torch.txt 2>&1
+echo "torch rc=$? $(tail -4 $OUT/bwd/torch.txt | tr '\n' ';') $(el)"
+tar czf $OUT/bwd.tgz -C $OUT bwd && rm -rf $OUT/bwd

@@ -102,11 +102,6 @@ struct MoeConfig {
   // Backward: output tile width of the weight-gradient GEMMs dDown / dGateUp (256, 128 or 64; 0:
   // chosen by the engine's tile-shape heuristic).
   int backward_dw_tile_n = 0;
-  // Backward: the weight-gradient GEMMs issue only the wgmma k steps (16 rows) of an expert's last
-  // k block that hold its rows, not the whole 64-row block (kGemmShortLastK, docs/design/gemm.md,
-  // "Grouped-K"). Gradients are bit for bit the same (the skipped rows are zero padding). Off until
-  // measured on a GPU (written in the twenty-second session, which had no device time).
-  bool backward_short_last_k = false;
   bool backward = false;  // also plan the backward pass (its buffers, W <= 8: five GEMMs per rank)
   // Training (needs backward): the forward keeps what the backward needs -- received x rows and
   // weights, the layout, and GEMM1's pre-activation h1 (its epilogue stores it beside the SwiGLU

@@ -120,7 +120,6 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
     // 0 (chosen) maps to kAuto, the engine's heuristic; validate() admits only 0, 64, 128, 256.
     const auto dw_shape = kernels::gemm::gemm_tile_shape_of_width(cfg.backward_dw_tile_n);
     g[kDDown].desc.tile_shape = g[kDGateUp].desc.tile_shape = dw_shape;
-    g[kDDown].desc.short_last_k = g[kDGateUp].desc.short_last_k = cfg.backward_short_last_k;
     static const char* kNames[kNumProblems] = {"H1 (recompute)", "dA'", "dX", "dDown", "dGateUp"};
     for (int j = 0; j < kNumProblems; ++j) {  // validate shapes now (no TMA encode)
       kernels::gemm::GemmDesc probe = g[j].desc;

@@ -206,7 +206,6 @@ struct EngineOptions {
   bool tma_store = true;
   bool keep_operands = true;
   bool merge_tails = false;
-  bool short_last_k = false;
 };
 
 // out_copy: the output, when given.
@@ -233,7 +232,6 @@ void run_gpu_case(const Case& cs, std::mt19937_64& rng, EngineOptions opt = {}, 
   d.tma_store = opt.tma_store;
   d.keep_operands = opt.keep_operands;
   d.merge_tails = opt.merge_tails;
-  d.short_last_k = opt.short_last_k;
   GemmParams p;
   const Status st = make_gemm_params(d, &p);
   ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -488,31 +486,6 @@ TEST(GemmEngineGpu, MergedTailsAgainstFp64AndSeparateTiles) {
       expect_same_output(cs, EngineOptions{.merge_tails = true}, EngineOptions{});
       ++i;
     }
-  }
-}
-
-// Short last k block (kGemmShortLastK): a tile whose K ends inside its last k block issues only the
-// 16-deep wgmma k steps holding rows of K (tiles of the grouped-K layout, TN: A [K, M], B [K, N]).
-// Against fp64 and bit for bit against whole k blocks (the skipped steps multiply the TMA's zero
-// fill): K leaving 1, 7, 16, 17, 8, 2 and 40 rows in the last block, K below, at and past one ring
-// (kept operands: K = 200, 130), the three tile shapes, runs down M and along N, the epilogues; one
-// NT case, which ignores the flag.
-TEST(GemmEngineGpu, ShortLastKEqualsWholeKBlocks) {
-  KOSMOS_REQUIRE_GPU();
-  std::vector<Case> cases = {mk(300, 520, 1, true), mk(1000, 1000, 7, true), mk(513, 700, 80, true),
-                             mk(700, 1000, 81, true), mk(1000, 1000, 200, true, false, kGemmEpiRowScale),
-                             mk(513, 4096, 130, true, false, kGemmEpiSwiGLU | kGemmEpiRowScale),
-                             mk(1000, 1000, 1000, true, false, kGemmEpiAccumulate), mk(256, 512, 127, false, true)};
-  const int runs[] = {2, 3, 1, 4, 5, 3, 1, 2};
-  for (size_t i = 0; i < cases.size(); ++i) {
-    cases[i].run = runs[i];
-    cases[i].along_n = (i % 2) == 1;
-  }
-  cases[2].shape = GemmTileShape::k128x128;
-  cases[3].shape = GemmTileShape::k128x64;
-  for (auto& cs : cases) {
-    cs.name = case_name(cs);
-    expect_same_output(cs, EngineOptions{.short_last_k = true}, EngineOptions{});
   }
 }
 

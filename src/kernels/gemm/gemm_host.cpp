@@ -60,12 +60,11 @@ Status encode(CUtensorMap* map, const char* what, const void* base, int rank, co
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// An engine feature turned on (NAME=1) or off (NAME=0) in the environment, for A/B runs of one binary.
-bool env_is(const char* name, const char* value) {
+// An engine feature turned off in the environment (NAME=0), for A/B runs of one binary.
+bool env_off(const char* name) {
   const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == value;
+  return e != nullptr && std::string(e) == "0";
 }
-bool env_off(const char* name) { return env_is(name, "0"); }
 
 // The TMA-store epilogue (kGemmEpiTmaStore): not with accumulate (read-add-store), and only into
 // this device's own memory -- a peer's buffer (another GPU's, through NVLink) keeps the 16-byte
@@ -206,8 +205,6 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
              (d.grouped_k ? kGemmGroupedK : 0u);
   static const bool keep_disabled = env_off("KOSMOS_GEMM_KEEP_OPERANDS");
   if (d.keep_operands && !keep_disabled) p.layout |= kGemmKeepOperands;
-  static const bool short_k_off = env_off("KOSMOS_GEMM_SHORT_LAST_K"), short_k_on = env_is("KOSMOS_GEMM_SHORT_LAST_K", "1");
-  if ((d.short_last_k || short_k_on) && !short_k_off) p.layout |= kGemmShortLastK;
   if (d.merge_tails) {
     KOSMOS_CHECK(d.num_groups > 0 && !d.grouped_k, "GEMM merge_tails needs a problem grouped over M (num_groups = ",
                  d.num_groups, ", grouped_k = ", d.grouped_k, ")");
@@ -262,8 +259,7 @@ namespace {
 // Grouped-K tile run (gemm_params.h): C[g * M + r, col] = Σ_{kk in group g's K rows} A[kk, r] · B[kk, col],
 // k in increasing order, fp32. Like the device it reads whole k blocks: the group's rows plus the
 // padding up to the next BK multiple (clipped at K_total, where TMA fills zeros), so a padding row
-// that is not zero shows up on the CPU executor too -- or, with kGemmShortLastK, as the device's
-// short last k block does, whole wgmma k steps: the padding up to the next multiple of 16.
+// that is not zero shows up on the CPU executor too.
 void gemm_tile_host_grouped_k(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& args) {
   const int bm = kGemmBlockM, bn = gemm_block_n(p.tile_shape);
   const auto* a = static_cast<const uint16_t*>(d.a);
@@ -281,8 +277,7 @@ void gemm_tile_host_grouped_k(const GemmDesc& d, const GemmParams& p, const Gemm
     if (n0 >= p.n) break;
     const int cols = std::min(bn, p.n - n0);
     const int64_t k0 = d.group_offset[g], kg = d.group_m[g];
-    const int64_t step = (p.layout & kGemmShortLastK) ? kGemmKStep : kGemmBlockK;
-    const int64_t k1 = std::min<int64_t>(k0 + ceil_div(kg, step) * step, p.k);
+    const int64_t k1 = std::min<int64_t>(k0 + ceil_div(kg, kGemmBlockK) * kGemmBlockK, p.k);
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t kk = k0; kk < k1; ++kk)
       for (int r = 0; r < rows; ++r) {

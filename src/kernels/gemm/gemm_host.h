@@ -61,11 +61,6 @@ struct GemmDesc {
   // gemm_params.h). Changes which rows each slot covers: GEMMs whose slots must cover the same rows
   // (the MoE's GEMM1 and GEMM2) set it alike. KOSMOS_GEMM_MERGE_TAILS=0 in the environment turns it off.
   bool merge_tails = false;
-  // A tile's last k block issues only the wgmma k steps (16 deep) that hold rows of K (kGemmShortLastK,
-  // gemm_params.h): for grouped-K problems whose groups end mid-block (the MoE weight gradients).
-  // Off by default until measured on a GPU (docs/perf-notes.md, twenty-second session);
-  // KOSMOS_GEMM_SHORT_LAST_K=1 / =0 in the environment turns it on / off for every problem.
-  bool short_last_k = false;
 };
 
 // Validates `desc` (every failure names the argument, its value and what was expected) and fills

@@ -75,11 +75,6 @@ enum GemmLayoutFlags : uint32_t {
   // rows (gemm_group_blocks; the tail's product runs as Bᵀ · Aᵀ on the B tile already in shared
   // memory). The slot that block had is not used: the group takes one slot less.
   kGemmMergeTails = 1u << 4,
-  // Set by make_gemm_params (GemmDesc::short_last_k): a tile's last k block, when K (grouped-K: the
-  // group's rows) ends inside it, issues only the wgmma k steps (16 deep) that hold rows of K; the
-  // rest are zeros (the TMA's fill past a dense K, the zeroed padding rows past a grouped-K group).
-  // Tiles of the grouped-K layout only (A [K, M], B [K, N]); others ignore it.
-  kGemmShortLastK = 1u << 5,
 };
 
 // Tile shapes the engine is compiled for. BM = 128 and BK = 64 always; two consumer warpgroups
@@ -92,7 +87,6 @@ enum class GemmTileShape : uint32_t {
 };
 inline constexpr int kGemmBlockM = 128;
 inline constexpr int kGemmBlockK = 64;
-inline constexpr int kGemmKStep = 16;  // K of one bf16 wgmma (kGemmShortLastK skips whole steps)
 #ifndef KOSMOS_GEMM_TAIL_ROWS  // experiments only: the whole build must agree
 #define KOSMOS_GEMM_TAIL_ROWS 32
 #endif

@@ -204,7 +204,6 @@ struct TileCoord {
   int wait_m;  // m_block passed to the hook: dense m block, grouped (and grouped-K) group index
   int k_base;  // first K row of the tile's k-loop (grouped-K: group_offset[g]; else 0)
   int num_kb;  // k blocks of the tile (grouped-K: ceil(group_m[g] / BK), may be 0; else ceil(K / BK))
-  int k_last;  // K rows in the last k block (1..BK; 0 without k blocks): its wgmma k steps past them are skipped
 };
 
 // Grouped: slot -> (group, m block) by a warp-wide prefix sum over the groups' slots
@@ -272,7 +271,6 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
   const int slot = static_cast<int>(a.tile_m) + (along_n ? 0 : i);
   t.k_base = 0;
   t.num_kb = (p.k + kGemmBlockK - 1) / kGemmBlockK;
-  t.k_last = p.k - (t.num_kb - 1) * kGemmBlockK;
   if (p.layout & kGemmGroupedK) {
     const int tiles_per_group = (p.m + kBM - 1) / kBM;
     t.valid = slot < p.num_m_tiles;
@@ -286,7 +284,6 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
       t.k_base = __ldcg(p.group_offset + g);
       const int kg = __ldcg(p.group_m + g);
       t.num_kb = kg > 0 ? (kg + kGemmBlockK - 1) / kGemmBlockK : 0;
-      t.k_last = kg > 0 ? kg - (t.num_kb - 1) * kGemmBlockK : 0;
     }
     t.valid = t.valid && t.n0 < p.n;
     return t;
@@ -831,72 +828,41 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       }
       // The k loop, with or without the merged tail's wgmmas (two copies, so that each k block's
       // batch is straight-line code: a branch inside it made ptxas close the batch with a dummy
-      // wgmma in every k block of the tiles without a tail). `steps` wgmma k steps (16 deep) per
-      // k block: all of them, or those of a short last k block that hold rows of K.
-      auto k_block = [&](int kb, auto steps, auto with_tail) __attribute__((always_inline)) {
-        const int stage = walk.stage;
-        cutlass::arch::ClusterBarrier::wait(&full[stage], walk.phase);
-        const int a_idx = kept == kKeepA ? kb : stage, b_idx = kept == kKeepB ? kb : stage;
-        if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
-        warpgroup_arrive();
+      // wgmma in every k block of the tiles without a tail).
+      auto k_loop = [&](auto with_tail) {
+        for (int kb = 0; kb < num_kb; ++kb) {
+          const int stage = walk.stage;
+          cutlass::arch::ClusterBarrier::wait(&full[stage], walk.phase);
+          const int a_idx = kept == kKeepA ? kb : stage, b_idx = kept == kKeepB ? kb : stage;
+          if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
+          warpgroup_arrive();
 #pragma unroll
-        for (int k = 0; k < decltype(steps)::value; ++k) {
-          cute::gemm(mma, tCrA(_, _, k, a_idx), tCrB(_, _, k, b_idx), acc);
-          mma.accumulate_ = GMMA::ScaleOut::One;
-        }
-        if constexpr (decltype(with_tail)::value) {  // no resident operand with a tail: b_idx == stage
-#pragma unroll
-          for (int k = 0; k < size<2>(tTrA); ++k) {
-            cute::gemm(mma_t, tTrA(_, _, k, stage), tTrB(_, _, k, stage), acc_t);
-            mma_t.accumulate_ = GMMA::ScaleOut::One;
+          for (int k = 0; k < size<2>(tCrA); ++k) {
+            cute::gemm(mma, tCrA(_, _, k, a_idx), tCrB(_, _, k, b_idx), acc);
+            mma.accumulate_ = GMMA::ScaleOut::One;
           }
-        }
-        warpgroup_commit_batch();
-        warpgroup_wait<1>();
-        if (prev_stage >= 0 && signal_thread) {
-          cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
-          if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
-        }
-        prev_stage = stage;
-        walk.advance();
-      };
-      constexpr int kSteps = decltype(size<2>(tCrA))::value;
-      static_assert(kSteps == 4 && kSteps * kGemmKStep == kBK, "the short last k block's cases below assume 4 k steps");
-      // `last` k steps in the last k block (kSteps: a whole one).
-      auto k_loop = [&](auto with_tail, auto last) __attribute__((always_inline)) {
-        constexpr bool kShort = decltype(last)::value < kSteps;
-        const int whole = kShort ? num_kb - 1 : num_kb;
-        for (int kb = 0; kb < whole; ++kb) k_block(kb, Int<kSteps>{}, with_tail);
-        if constexpr (kShort) k_block(whole, last, with_tail);
-      };
-      // Short last k block (kGemmShortLastK): its rows past K are zeros (past a dense K the TMA's
-      // fill, past a grouped-K group the padding rows its producer zeroed), so the k steps that hold
-      // only such rows add nothing and are not issued. A whole k loop per count, chosen per tile like
-      // the tail's. These lambdas must be inlined (always_inline): with several call sites nvcc made
-      // k_block a function of its own, the accumulators went through a 1 KB stack frame and ptxas
-      // serialized every wgmma of the kernel (C7520, "WG.AR in divergent path"). Not with a merged
-      // tail (grouped over M, where K is whole k blocks in practice). Only in the grouped-K layout
-      // (A [K, M], B [K, N]; dense problems of that layout too): the three extra loops doubled the
-      // tile code's compile time when every layout had them, and a dense K tail is one k block of
-      // K / 64.
-      constexpr bool kShortLastK = kAMn && kBMn;
-      int short_steps = 0;
-      if (kShortLastK && (p.layout & kGemmShortLastK) && num_kb > 0) short_steps = (t.k_last + kGemmKStep - 1) / kGemmKStep;
-      auto k_loops = [&]() __attribute__((always_inline)) {
-        if constexpr (kShortLastK) {
-          if (short_steps == 1) k_loop(std::false_type{}, Int<1>{});
-          else if (short_steps == 2) k_loop(std::false_type{}, Int<2>{});
-          else if (short_steps == 3) k_loop(std::false_type{}, Int<3>{});
-          else k_loop(std::false_type{}, Int<kSteps>{});
-        } else {
-          k_loop(std::false_type{}, Int<kSteps>{});
+          if constexpr (decltype(with_tail)::value) {  // no resident operand with a tail: b_idx == stage
+#pragma unroll
+            for (int k = 0; k < size<2>(tTrA); ++k) {
+              cute::gemm(mma_t, tTrA(_, _, k, stage), tTrB(_, _, k, stage), acc_t);
+              mma_t.accumulate_ = GMMA::ScaleOut::One;
+            }
+          }
+          warpgroup_commit_batch();
+          warpgroup_wait<1>();
+          if (prev_stage >= 0 && signal_thread) {
+            cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage]);
+            if constexpr (kPairB) cutlass::arch::ClusterBarrier::arrive(&empty[prev_stage], cute::block_rank_in_cluster() ^ 1u, 1u);
+          }
+          prev_stage = stage;
+          walk.advance();
         }
       };
       if constexpr (kTail > 0) {
-        if (tail) k_loop(std::true_type{}, Int<kSteps>{});
-        else k_loops();
+        if (tail) k_loop(std::true_type{});
+        else k_loop(std::false_type{});
       } else {
-        k_loops();
+        k_loop(std::false_type{});
       }
       warpgroup_wait<0>();
       if (signal_thread && prev_stage >= 0) {
