@@ -1,6 +1,6 @@
 // The op kernel's plain variant (op_body.cuh: the task body) and the choice between the variants.
-// The merging variant lives in op_kernel_merged.cu: each is ~half of this library's compile time,
-// and two translation units build in parallel.
+// The merging variant lives in op_kernel_merged.cu: the two kernels are most of this library's compile
+// time, and in two translation units they build in parallel.
 #include "ops/op_body.cuh"
 
 namespace kosmos::ops {
