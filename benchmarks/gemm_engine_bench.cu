@@ -125,6 +125,8 @@ struct Row {
   std::string rt_raster;             // its claim order
   double rt_dense_ms = 0;            // grouped: kosmos::Gemm of one dense GEMM of the same total M (expert 0's B)
   std::string rt_dense_raster;
+  double rt_unmerged_ms = 0;         // grouped: kosmos::Gemm with GemmOptions::merge_tails = false
+  bool rt_unmerged_equal = false;    // its C bit for bit the merged plan's
   std::string ref_name, ref2_name, shape;
   double err;
   double pair_ms = 0;       // --pair-b: the engine in 2-CTA clusters sharing B
@@ -537,12 +539,12 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   // The product path: kosmos::Gemm (the persistent runtime, the claim order of ops::plan_gemm_runs),
   // one plan per operand set, verified against cuBLAS grouped like the engine above.
   // One kosmos::Gemm plan per operand set (`edit` adjusts each set's arguments first).
-  auto plan_sets = [&](const char* what, auto&& edit) {
+  auto plan_sets = [&](const char* what, auto&& edit, kosmos::GemmOptions opt = {}) {
     std::vector<std::unique_ptr<kosmos::Gemm>> out(sets);
     for (int s = 0; s < sets; ++s) {
       kosmos::GemmArguments d = args[s];
       edit(d);
-      const kosmos::Status st = kosmos::Gemm::plan(d, kosmos::GemmOptions{}, &out[s]);
+      const kosmos::Status st = kosmos::Gemm::plan(d, opt, &out[s]);
       if (!st.is_ok()) {
         std::fprintf(stderr, "kosmos::Gemm::plan (%s): %s\n", what, st.to_string().c_str());
         std::exit(1);
@@ -559,6 +561,26 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   }
   r.err = std::max(r.err, rel_diff(*C[0], Cref, c_el));
   r.rt_raster = plans[0]->raster();
+  // The same without merged tails (GemmOptions::merge_tails = false; the op kernel's plain variant):
+  // its C must equal the merged plan's bit for bit.
+  kosmos::GemmOptions no_merge;
+  no_merge.merge_tails = false;
+  const std::vector<std::unique_ptr<kosmos::Gemm>> unmerged =
+      plan_sets("grouped, tails not merged", [](kosmos::GemmArguments&) {}, no_merge);
+  {
+    Buf merged_c(c_el * 2), bad(8);
+    CK(cudaMemcpy(merged_c.p, C[0]->p, c_el * 2, cudaMemcpyDeviceToDevice));
+    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
+    if (!unmerged[0]->run().is_ok() || !unmerged[0]->finish().is_ok()) {
+      std::fprintf(stderr, "kosmos::Gemm run (tails not merged) failed\n");
+      std::exit(1);
+    }
+    CK(cudaMemset(bad.p, 0, 8));
+    count_mismatch<<<264, 256>>>(static_cast<const uint16_t*>(C[0]->p), merged_c.h(), c_el, static_cast<unsigned long long*>(bad.p));
+    unsigned long long mismatches = 0;
+    CK(cudaMemcpy(&mismatches, bad.p, 8, cudaMemcpyDeviceToHost));
+    r.rt_unmerged_equal = mismatches == 0;
+  }
   // Our own dense GEMM of the same total M (every row times expert 0's weights): what grouping costs
   // the engine (padding of each group's last block, per-group B blocks), apart from the engine itself.
   const std::vector<std::unique_ptr<kosmos::Gemm>> dense = plan_sets("dense", [](kosmos::GemmArguments& d) {
@@ -570,12 +592,14 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
       o.reps, sets,
       {[&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); }, cublas_grouped,
        [&](int s) { cublas_gemm(cub, false, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); },
-       [&](int s) { (void)plans[s]->run(); }, [&](int s) { (void)dense[s]->run(); }});
+       [&](int s) { (void)plans[s]->run(); }, [&](int s) { (void)dense[s]->run(); },
+       [&](int s) { (void)unmerged[s]->run(); }});
   r.ours_ms = t[0];
   r.ref_ms = t[1];
   r.ref2_ms = t[2];
   r.rt_ms = t[3];
   r.rt_dense_ms = t[4];
+  r.rt_unmerged_ms = t[5];
   r.rt_dense_raster = dense[0]->raster();
   r.ref_name = "cublasGemmGroupedBatchedEx";
   r.ref2_name = "dense cublasGemmEx, same total M";
@@ -672,6 +696,12 @@ int main(int argc, char** argv) {
       std::printf("%-40s %-12s %9.1f %9.1f %7.3f %9.1f %7.3f   (%s)\n", "  as kosmos::Gemm (runtime)", "", rt, ref, rt / ref, ref2,
                   ref2 > 0 ? rt / ref2 : 0.0, r.rt_raster.c_str());
     }
+    if (r.rt_unmerged_ms > 0) {
+      const double ru = r.flops / r.rt_unmerged_ms * 1e-9;
+      std::printf("%-40s %-12s %9.1f %9.1f %7.3f %9.1f %7.3f   (merged / not: %.3f; C bit for bit equal: %s)\n",
+                  "  kosmos::Gemm, tails not merged", "", ru, ref, ru / ref, ref2, ref2 > 0 ? ru / ref2 : 0.0,
+                  r.rt_unmerged_ms / r.rt_ms, r.rt_unmerged_equal ? "yes" : "NO");
+    }
     if (r.rt_dense_ms > 0) {
       const double rd = r.flops / r.rt_dense_ms * 1e-9;
       std::printf("%-40s %-12s %9.1f %9s %7s %9.1f %7.3f   (%s)\n", "  kosmos::Gemm dense, same total M", "", rd, "", "", ref2,
@@ -720,6 +750,9 @@ int main(int argc, char** argv) {
       if (r.rt_ms > 0)
         std::fprintf(f, ", \"runtime_tflops\": %.2f, \"runtime_ms\": %.4f, \"runtime_raster\": \"%s\"", r.flops / r.rt_ms * 1e-9,
                      r.rt_ms, r.rt_raster.c_str());
+      if (r.rt_unmerged_ms > 0)
+        std::fprintf(f, ", \"runtime_unmerged_tflops\": %.2f, \"runtime_unmerged_ms\": %.4f, \"runtime_unmerged_bitwise_equal\": %s",
+                     r.flops / r.rt_unmerged_ms * 1e-9, r.rt_unmerged_ms, r.rt_unmerged_equal ? "true" : "false");
       if (r.rt_dense_ms > 0)
         std::fprintf(f, ", \"runtime_dense_tflops\": %.2f, \"runtime_dense_raster\": \"%s\"", r.flops / r.rt_dense_ms * 1e-9,
                      r.rt_dense_raster.c_str());

@@ -60,6 +60,10 @@ struct GemmOptions {
   bool trace = false;
   bool cpu = false;  // run on the CPU executor (pointers must then be host memory)
   GemmClaimOrder claim_order;
+  // Grouped over M (A row-major, no accumulate) on 128 x 256 tiles: a group's short last row block
+  // (at most 32 rows) is computed by the tile of the block before it instead of a tile of its own
+  // (docs/design/gemm.md, "Merged tails"). Results are the same bit for bit either way.
+  bool merge_tails = true;
 };
 
 class Gemm {
@@ -75,7 +79,7 @@ class Gemm {
   size_t num_tasks() const;
   int tile_n() const;
   uint32_t run_length() const;
-  const std::string& raster() const;  // the claim order chosen, in words
+  const std::string& raster() const;  // the claim order chosen (and whether tails merge), in words
 
  private:
   struct Impl;

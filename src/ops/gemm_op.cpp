@@ -28,6 +28,7 @@ struct Gemm::Impl {
   uint32_t run = 1;
   std::string raster;
   int num_sms = 132;
+  bool merge_tails = false;  // planned with merged tails (GemmOptions::merge_tails, where they apply)
 };
 
 Gemm::~Gemm() = default;
@@ -40,6 +41,14 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   d.encode_tma = false;
   d.num_sms = options.cpu ? 132 : device_sms();
   KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));  // validates everything
+  // Merged tails where make_gemm_params admits them (grouped over M, A row-major, 128 x 256 tiles,
+  // no accumulate); the tile shape stays the one just chosen.
+  if (options.merge_tails && d.num_groups > 0 && !d.grouped_k && !d.a_col_major &&
+      !(d.epilogue & kernels::gemm::kGemmEpiAccumulate) && impl->shape.tile_shape == kernels::gemm::GemmTileShape::k128x256) {
+    d.tile_shape = impl->shape.tile_shape;
+    d.merge_tails = impl->merge_tails = true;
+    KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));
+  }
   const auto& p = impl->shape;
   const int ctas = d.num_sms;  // one op CTA per SM (228 KB of shared memory each)
   impl->num_sms = d.num_sms;
@@ -51,7 +60,7 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   const std::vector<ops::GemmRun> runs = co.run == 0 ? ops::plan_gemm_runs(rp, &choice)
                                                      : ops::make_gemm_runs(rp, co.along_n, co.run, co.group, &choice);
   impl->run = choice.run;
-  impl->raster = choice.describe() + (co.run == 0 ? "" : " (set)");
+  impl->raster = choice.describe() + (co.run == 0 ? "" : " (set)") + (impl->merge_tails ? "; tails of <= 32 rows merged" : "");
 
   plan::PlanBuilder b(1, "gemm");
   const uint64_t a_bytes = 1, b_bytes = 1, c_bytes = 1;  // external: sizes are the caller's
@@ -98,6 +107,8 @@ Status Gemm::update(const GemmArguments& args) {
     d.a = d.b = nullptr;
     d.c = nullptr;
     d.num_sms = impl_->num_sms;
+    d.tile_shape = impl_->shape.tile_shape;
+    d.merge_tails = impl_->merge_tails;
     KOSMOS_RETURN_IF_ERROR(r.update_problem(0, d));
   }
   KOSMOS_RETURN_IF_ERROR(r.bind(kA, 0, const_cast<void*>(args.a)));

@@ -161,6 +161,61 @@ TEST(GemmCpu, GroupedWithEmptyGroupsAndDeviceStyleCounts) {
   EXPECT_NEAR(bf16_to_float(c[gap * n + 0]), ref, 2e-2 * (1 + std::abs(ref)));
 }
 
+// kosmos::Gemm merges short last blocks of grouped problems on 128 x 256 tiles by default
+// (GemmOptions::merge_tails): C bit for bit that of the plan without, B [K, N] and [N, K], tails of
+// 1, 32 and 33 rows; not on 128 x 128 tiles or with accumulate (the plan says which in raster()).
+TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
+  std::vector<int> gm, off;
+  int64_t rows = 0;
+  for (int rep = 0; rep < 8; ++rep)  // 120 worst-case slots x 2 n tiles: 128 x 256 tiles on 132 SMs
+    for (int m : {129, 160, 161, 0, 7, 300, 256}) {
+      off.push_back(int(rows));
+      gm.push_back(m);
+      rows += m;
+    }
+  const int G = int(gm.size());
+  const int64_t n = 512, k = 64;
+  auto a = random_bf16(size_t(rows) * k, 21), b = random_bf16(size_t(G) * k * n, 22);
+  for (bool b_t : {false, true}) {
+    SCOPED_TRACE(b_t ? "B [N, K]" : "B [K, N]");
+    GemmArguments g;
+    g.a = a.data();
+    g.lda = k;
+    g.b = b.data();
+    g.b_transposed = b_t;
+    g.ldb = b_t ? k : n;
+    g.m = rows;
+    g.n = n;
+    g.k = k;
+    g.ldc = n;
+    g.num_groups = G;
+    g.group_m = gm.data();
+    g.group_offset = off.data();
+    std::vector<uint16_t> c[2];
+    for (int merge = 0; merge < 2; ++merge) {
+      c[merge].assign(size_t(rows) * n, 0x7FC1);
+      g.c = c[merge].data();
+      GemmOptions o;
+      o.cpu = true;
+      o.merge_tails = merge != 0;
+      std::unique_ptr<Gemm> plan;
+      ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
+      EXPECT_EQ(plan->tile_n(), 256);
+      EXPECT_EQ(plan->raster().find("tails of <= 32 rows merged") != std::string::npos, merge != 0) << plan->raster();
+      ASSERT_TRUE(plan->run().is_ok());
+    }
+    EXPECT_TRUE(c[0] == c[1]) << "C differs with merged tails";
+    for (size_t i = 0; i < c[1].size(); ++i) ASSERT_NE(c[1][i], 0x7FC1) << "element " << i << " not written";
+    // Accumulate (C += ...) does not merge.
+    g.epilogue = kEpilogueAccumulate;
+    GemmOptions o;
+    o.cpu = true;
+    std::unique_ptr<Gemm> plan;
+    ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
+    EXPECT_EQ(plan->raster().find("tails of <= 32 rows merged"), std::string::npos) << plan->raster();
+  }
+}
+
 // A wide, short GEMM (one m block, hundreds of n blocks) is planned as runs along N; the host tile
 // implementation walks them like the device does and the result matches fp64.
 TEST(GemmCpu, RunsAlongNMatchTheReference) {
