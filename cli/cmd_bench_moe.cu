@@ -84,8 +84,8 @@ void add_bench_moe(CLI::App& bench) {
                   "Route tasks per rank (0: chosen, about 2048 (token, slot) entries each, the default; 1..16: that many)")
       ->check(CLI::Range(0, 16));
   cmd->add_option("--merge-tails", o->merge_tails,
-                  "1 (default): an expert's last row block of at most 32 rows is computed with the block before it (forward "
-                  "GEMM1 and GEMM2; saved backward dA' and dX); 0: as its own tiles")
+                  "Forward: 1 (default): an expert's last row block of at most 32 rows is computed with the block before it; 0: "
+                  "as its own tiles")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--gemm2-lag", o->gemm2_lag,
                   "Forward claim order: queue each GEMM2 step this many GEMM1 steps after its inputs (0: chosen; "

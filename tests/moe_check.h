@@ -417,12 +417,9 @@ inline MoeConfig moe_config(int W, int64_t T, int64_t H, int64_t I, int E, int k
 // forward's y equals the plain forward's bit for bit (only the receive rows move), its backward's
 // gradients equal the recomputing backward's bit for bit (h1 is the same GEMM's accumulator, stored
 // by GEMM1's epilogue instead of recomputed), fused == unfused, run twice (the backward leaves the
-// saved activations intact), and against fp64. "" when all hold, else what failed. expect_merged:
-// the saved backward must plan its dA' and dX with merged tails (the recomputing one never does), so
-// its gradients equal, bit for bit, those of separate tail tiles.
+// saved activations intact), and against fp64. "" when all hold, else what failed.
 inline std::string check_saved_activations(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing,
-                                           bool cpu, uint64_t seed, cudaStream_t st = nullptr, int max_ctas = 0,
-                                           bool expect_merged = false) {
+                                           bool cpu, uint64_t seed, cudaStream_t st = nullptr, int max_ctas = 0) {
   MoeConfig a = moe_config(W, T, H, I, E, k, cpu);
   a.backward = true;
   a.max_ctas = max_ctas;
@@ -434,10 +431,6 @@ inline std::string check_saved_activations(int W, int64_t T, int64_t H, int64_t 
   const std::string what = " [W=" + std::to_string(W) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
                            " I=" + std::to_string(I) + " E=" + std::to_string(E) + " k=" + std::to_string(k) + " " +
                            routing_name(routing) + "; " + B->describe() + "]";
-  if (expect_merged && B->describe().find("(tails of <= 32 rows merged)") == std::string::npos)
-    return "saved backward: dA' and dX were expected to merge tails" + what;
-  if (A->describe().find("(tails of <= 32 rows merged)") != std::string::npos)
-    return "the recomputing backward merged tails (its H1 would need the B [K, N] merged tile too)" + what;
   MoeHost ha{a}, hb{b};
   fill_moe_backward(*A, ha, seed, routing);
   fill_moe_backward(*B, hb, seed, routing);

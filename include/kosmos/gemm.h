@@ -60,7 +60,7 @@ struct GemmOptions {
   bool trace = false;
   bool cpu = false;  // run on the CPU executor (pointers must then be host memory)
   GemmClaimOrder claim_order;
-  // Grouped over M (A row-major, no accumulate) on 128 x 256 tiles: a group's short last row block
+  // Grouped over M (A row-major, B [K, N], no accumulate) on 128 x 256 tiles: a group's short last row block
   // (at most 32 rows) is computed by the tile of the block before it instead of a tile of its own
   // (docs/design/gemm.md, "Merged tails"). Results are the same bit for bit either way.
   bool merge_tails = true;

@@ -78,10 +78,9 @@ struct MoeConfig {
   // (one below 4096 entries; Qwen3-235B T = 4096: 16, 0.045 ms faster than one, docs/perf-notes.md,
   // twentieth session); else 1..16.
   int route_chunks = 0;
-  // An expert's short last row block (at most 32 rows) is computed by the tiles of the block before
-  // it (kGemmMergeTails, docs/design/gemm.md, "Merged tails"): in the forward by GEMM1 and GEMM2, in
-  // the backward after a saving forward (save_activations) by dA' and dX, when both GEMMs of the
-  // pair use 128 x 256 tiles. Under uniform routing about half the experts have such a block, and
+  // Forward: an expert's short last row block (at most 32 rows) is computed by the GEMM1 and GEMM2
+  // tiles of the block before it (kGemmMergeTails, docs/design/gemm.md, "Merged tails"), when both
+  // GEMMs use 128 x 256 tiles. Under uniform routing about half the experts have such a block, and
   // a tile over a few rows costs about as much as a full one (its loads are the same).
   bool merge_tails = true;
   // Forward claim order: a GEMM2 step is queued this many GEMM1 steps after the last GEMM1 step it

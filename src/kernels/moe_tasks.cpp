@@ -175,20 +175,17 @@ void swiglu_backward_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup
   const uint32_t L = a.local_experts;
   const int32_t* layout = buf<int32_t>(lookup, ctx, kMoeLayout, t.rank);
   const int32_t *group_m = layout, *group_offset = layout + L;
-  const bool merge = (a.flags & kMoeFlagMergedTails) != 0;
   for (uint32_t i = 0; i < a.b; ++i) {
     int64_t s = int64_t(a.a) + i;
     int32_t g = 0;
-    int blocks = 0, tail = 0;
     for (; g < int32_t(L); ++g) {  // slot -> (group g, 128-row block s), as the grouped GEMMs map it
-      blocks = gemm::gemm_group_blocks(group_m[g], merge, &tail);
+      const int64_t blocks = (int64_t(group_m[g]) + gemm::kGemmBlockM - 1) / gemm::kGemmBlockM;
       if (s < blocks) break;
       s -= blocks;
     }
     if (g == int32_t(L)) return;  // past the last block
     const int64_t m = group_m[g], padded = (m + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign;
-    // A group's last slot takes the rest of its rows (and padding): a merged tail's too.
-    const int64_t first = s * gemm::kGemmBlockM, last = s == blocks - 1 ? padded : first + gemm::kGemmBlockM;
+    const int64_t first = s * gemm::kGemmBlockM, last = std::min<int64_t>(first + gemm::kGemmBlockM, padded);
     swiglu_backward_rows(t, a, lookup, ctx, group_offset[g] + first, std::min<int64_t>(last, m) - first, last - first);
   }
 }

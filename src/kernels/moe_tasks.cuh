@@ -311,14 +311,12 @@ __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeAr
   int32_t* s_first = s_valid + kMoeSlotsPerTaskMax;            // [slots + 1] prefix of rows (valid + padding)
   const int num_slots = min(int(a.b), kMoeSlotsPerTaskMax);
   if (ctx.thread_idx == 0) {
-    const bool merge = (a.flags & kMoeFlagMergedTails) != 0;
     int32_t g = 0, blocks_before = 0, acc = 0;
     for (int i = 0; i < num_slots; ++i) {
       const int32_t slot = int32_t(a.a) + i;
       int32_t blocks = 0;
       for (; g < int32_t(L); ++g) {
-        int tail;
-        blocks = gemm::gemm_group_blocks(__ldcg(layout + g), merge, &tail);
+        blocks = (__ldcg(layout + g) + gemm::kGemmBlockM - 1) / gemm::kGemmBlockM;
         if (slot < blocks_before + blocks) break;
         blocks_before += blocks;
       }
@@ -329,9 +327,7 @@ __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeAr
         continue;
       }
       const int32_t m = __ldcg(layout + g), padded = (m + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign;
-      // A group's last slot takes the rest of its rows (and padding): a merged tail's too.
-      const int32_t b = slot - blocks_before, first = b * gemm::kGemmBlockM;
-      const int32_t last = b == blocks - 1 ? padded : first + gemm::kGemmBlockM;
+      const int32_t first = (slot - blocks_before) * gemm::kGemmBlockM, last = min(first + gemm::kGemmBlockM, padded);
       s_row0[i] = __ldcg(layout + L + g) + first;
       s_valid[i] = min(last, m) - first;
       acc += last - first;

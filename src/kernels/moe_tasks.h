@@ -39,8 +39,7 @@
 // (recv_x, recv_dy, act, dH1), so a k block that runs past a group's end adds nothing.
 //
 //   swiglu_backward(d, slots [a, a + b)): slots as the grouped GEMMs number them (group-major
-//                128-row blocks, from group_m; with kMoeFlagMergedTails a group's short last block
-//                belongs to the slot before it); for each row of group g in the slot with
+//                128-row blocks, from group_m); for each row of group g in the slot with
 //                i = row - group_offset[g] < group_m[g]:
 //                  gate, up from h1; s = sigmoid(gate); act = gate s up; dot = Σ_c dA'[c] act[c]
 //                  recv_dw = dot; dA = w dA'; dgate = dA up s (1 + gate (1 - s)); dup = dA gate s
@@ -108,7 +107,6 @@ inline constexpr int32_t kMoeRowAlign = 64;        // backward: group offsets pa
 inline constexpr uint32_t kMoeFlagBackward = 1u;   // MoeArgs::flags, see above
 inline constexpr uint32_t kMoeFlagPadRows = 2u;    // forward with saved activations: offsets pad as the backward's
 inline constexpr uint32_t kMoeFlagDyOnly = 4u;     // backward after such a forward: dispatch moves dy rows only
-inline constexpr uint32_t kMoeFlagMergedTails = 8u;  // swiglu_backward: slots as dA' / dX merge them (kGemmMergeTails)
 inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per task
 
 // Payload of every MoE kind (a, b, c: kind-specific, see above).
@@ -123,9 +121,7 @@ inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per
 // kOut into kDx and gathers kRecvDw into kDWeights. kMoeFlagPadRows (forward of a layer with
 // MoeConfig::save_activations): offsets pad as the backward does, so recv_x, recv_w and the GEMM1
 // pre-activation kH1 land in the backward's rows. kMoeFlagDyOnly (with kMoeFlagBackward, the
-// backward after such a forward): dispatch moves the dy rows only. kMoeFlagMergedTails
-// (swiglu_backward): the grouped GEMMs around it merge short last blocks (gemm_group_blocks with
-// merge), so its slots are numbered the same way; a group's last slot covers the rest of its rows.
+// backward after such a forward): dispatch moves the dy rows only.
 struct MoeArgs {
   uint32_t tokens;        // T
   uint32_t hidden;        // H

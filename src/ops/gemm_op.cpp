@@ -41,9 +41,9 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   d.encode_tma = false;
   d.num_sms = options.cpu ? 132 : device_sms();
   KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));  // validates everything
-  // Merged tails where make_gemm_params admits them (grouped over M, A row-major, 128 x 256 tiles,
-  // no accumulate); the tile shape stays the one just chosen.
-  if (options.merge_tails && d.num_groups > 0 && !d.grouped_k && !d.a_col_major &&
+  // Merged tails where make_gemm_params admits them (grouped over M, A row-major, B [K, N], 128 x 256
+  // tiles, no accumulate); the tile shape stays the one just chosen.
+  if (options.merge_tails && d.num_groups > 0 && !d.grouped_k && !d.a_col_major && !d.b_transposed &&
       !(d.epilogue & kernels::gemm::kGemmEpiAccumulate) && impl->shape.tile_shape == kernels::gemm::GemmTileShape::k128x256) {
     d.tile_shape = impl->shape.tile_shape;
     d.merge_tails = impl->merge_tails = true;

@@ -4,7 +4,6 @@
 //   j = 0  H1   grouped over M  recv_x [rows, H]  · gate_up_l [H, 2I]            -> h1   [rows, 2I]
 //   j = 1  dA'  grouped over M  recv_dy [rows, H] · down_lᵀ (down stored [I, H])  -> d_act [rows, I]
 //   j = 2  dX   grouped over M  d_h1 [rows, 2I]   · gate_up_lᵀ (stored [H, 2I])   -> out  [rows, H]
-//   (dA' and dX merge short last blocks after a saving forward, as the forward's GEMMs do; below)
 //   j = 3  dD   grouped over K  act_wᵀ (act_w = w · act [rows, I]) · recv_dy      -> d_down [L, I, H]
 //   j = 4  dGU  grouped over K  recv_xᵀ · d_h1                                     -> d_gate_up [L, H, 2I]
 //
@@ -122,7 +121,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
     const auto dw_shape = kernels::gemm::gemm_tile_shape_of_width(cfg.backward_dw_tile_n);
     g[kDDown].desc.tile_shape = g[kDGateUp].desc.tile_shape = dw_shape;
     static const char* kNames[kNumProblems] = {"H1 (recompute)", "dA'", "dX", "dDown", "dGateUp"};
-    auto validate = [&](int j) -> Status {  // validate shapes now (no TMA encode)
+    for (int j = 0; j < kNumProblems; ++j) {  // validate shapes now (no TMA encode)
       kernels::gemm::GemmDesc probe = g[j].desc;
       probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
       probe.encode_tma = false;
@@ -131,27 +130,10 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
       // The tasks below are cut for this tile shape (n tiles): pin it, so the runner's prepare (which
       // re-resolves kAuto with the device's SM count, not `ctas`) cannot pick another one.
       g[j].desc.tile_shape = pp[j].tile_shape;
-      return Status::ok();
-    };
-    for (int j = 0; j < kNumProblems; ++j) KOSMOS_RETURN_IF_ERROR(validate(j));
-    // Merged tails (as the forward's GEMMs): dA' and dX walk the same slots and swiglu_backward maps
-    // them alike (kMoeFlagMergedTails), so both merge or neither -- both on 128 x 256 tiles. Only
-    // after a saving forward: the recomputing backward's H1 walks these slots too, with B [K, N],
-    // and a kernel variant holds the merged-tail tile of one B layout. Not in the decode regime
-    // (nothing to merge; the variant costs a few spilled registers).
-    if (cfg.merge_tails && saved && !decode_regime(cfg) && pp[kDAct].tile_shape == kernels::gemm::GemmTileShape::k128x256 &&
-        pp[kDX].tile_shape == kernels::gemm::GemmTileShape::k128x256) {
-      g[kDAct].desc.merge_tails = g[kDX].desc.merge_tails = true;
-      KOSMOS_RETURN_IF_ERROR(validate(kDAct));
-      KOSMOS_RETURN_IF_ERROR(validate(kDX));
-    }
-    for (int j = 0; j < kNumProblems; ++j) {
       dp.problems.push_back(g[j]);
       dp.problem_names.push_back(kNames[j]);
     }
   }
-  // make_gemm_params set the flag unless KOSMOS_GEMM_MERGE_TAILS=0; swiglu_backward follows it.
-  const bool merged = (pp[kDX].layout & kernels::gemm::kGemmMergeTails) != 0;
   // H1, dA' and dX walk the same worst-case slots (same group_m / offsets, BM = 128), in runs.
   const int64_t slots = pp[kH1].num_m_tiles;
   const int64_t est_tiles = std::min<int64_t>(slots, (int64_t(T) * k + kBM - 1) / kBM + L);  // uniform routing
@@ -198,8 +180,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   };
   auto swiglu = [&](uint32_t d, uint32_t s) {
     for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
-      auto a = moe_args(runs.start(ri), runs.count(ri), 0);
-      if (merged) a.flags |= kernels::kMoeFlagMergedTails;
+      const auto a = moe_args(runs.start(ri), runs.count(ri), 0);
       TaskRec& t = add(TaskKind::kMoeSwigluBackward, d, &a, sizeof(a), kSwiglu);
       wait_layout(t);
       t.waits.push_back({c_g1run + ri, plan::kWaitAll});
@@ -280,7 +261,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   os << "moe_backward: " << dp.tasks.size() << " tasks (" << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch, "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (from slot " << runs.head_end << " runs of " << runs.tail
      << "), claimed in groups of " << raster.group << " runs (" << raster.describe << "); n tiles H1 "
-     << (saved ? std::string("0 (saved by the forward)") : std::to_string(pp[kH1].num_n_tiles)) << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << (merged ? " (tails of <= 32 rows merged)" : "") << "; dDown "
+     << (saved ? std::string("0 (saved by the forward)") : std::to_string(pp[kH1].num_n_tiles)) << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "
      << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later], "

@@ -1,9 +1,8 @@
 // The op kernel's task body: GEMM tiles, reduce tiles and the MoE kinds as the persistent runtime's
 // task bodies (384 threads = 3 warpgroups, the GEMM engine's shape; ~193 KB dynamic shared memory
 // for the GEMM ring). Built-in kinds (copy, checksum, ...) run on the same CTA shape. Included by
-// the translation units that instantiate the kernel's variants (op_kernel.cu: plain,
-// op_kernel_merged.cu and op_kernel_merged_nk.cu: merged tails for B [K, N] / [N, K]), so that the
-// build compiles them in parallel.
+// the two translation units that instantiate the kernel's variants (op_kernel.cu: plain,
+// op_kernel_merged.cu: merged tails), so that the build compiles them in parallel.
 #pragma once
 #include "kernels/gemm/gemm_tile.cuh"
 #include "kernels/moe_tasks.cuh"
@@ -51,8 +50,8 @@ struct RuntimeGemmWaiter {
   __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
 };
 
-// kMerge: the variant's merged-tail GEMM tile (gemm_tile), if any, for plans that merge.
-template <kernels::gemm::GemmMergeVariant kMerge>
+// kMergedTails: the variant with the merged-tail GEMM tile (gemm_tile), for plans that merge.
+template <bool kMergedTails>
 struct OpBody {
   static constexpr int kThreads = kOpKernelThreads;
   static constexpr size_t kSmemBytes = kernels::gemm::kGemmSmemBytesMax;
@@ -65,7 +64,8 @@ struct OpBody {
       const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.body);
       const auto args = t.args<kernels::gemm::GemmTileArgs>();
       RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem]};
-      kernels::gemm::gemm_tile<RuntimeGemmWaiter, kMerge>(body.problems[args.problem], args, smem, ctx.thread_idx, waiter);
+      kernels::gemm::gemm_tile<RuntimeGemmWaiter, kMergedTails>(body.problems[args.problem], args, smem, ctx.thread_idx,
+                                                                  waiter);
     } else if (t.kind == plan::TaskKind::kReduceTile) {
       kernels::reduce_tile_device(t, ctx, kThreads);
     } else if (kernels::is_moe_kind(t.kind)) {
@@ -79,18 +79,8 @@ inline bool op_supports(plan::TaskKind k) {
          kernels::is_moe_kind(k);
 }
 
-// A merging variant (the large parameter blob only: one kernel less to compile; measured ~4 us more
-// per launch than the small blob on an H100). Instantiated once per variant, each in its own
-// translation unit: op_kernel_merged.cu (B [K, N]) and op_kernel_merged_nk.cu (B [N, K]).
-template <kernels::gemm::GemmMergeVariant kMerge>
-const runtime::KernelVariant& merging_variant(const char* name) {
-  using Merged = OpBody<kMerge>;
-  static const runtime::KernelVariant m{name, reinterpret_cast<const void*>(&runtime::persistent_kernel<Merged>),
-                                        Merged::kThreads, Merged::kSmemBytes, &op_supports, nullptr};
-  return m;
-}
-const runtime::KernelVariant& merged_op_kernel_variant();     // B [K, N]
-const runtime::KernelVariant& merged_nk_op_kernel_variant();  // B [N, K]
+// The merging variant, defined in op_kernel_merged.cu.
+const runtime::KernelVariant& merged_op_kernel_variant();
 
 }  // namespace detail
 }  // namespace kosmos::ops

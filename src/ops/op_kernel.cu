@@ -1,14 +1,13 @@
 // The op kernel's plain variant (op_body.cuh: the task body) and the choice between the variants.
-// The merging variants live in op_kernel_merged.cu and op_kernel_merged_nk.cu: the kernels are most of
-// this library's compile time, and in separate translation units they build in parallel.
+// The merging variant lives in op_kernel_merged.cu: the two kernels are most of this library's compile
+// time, and in two translation units they build in parallel.
 #include "ops/op_body.cuh"
 
 namespace kosmos::ops {
 
-const runtime::KernelVariant& op_kernel_variant(kernels::gemm::GemmMergeVariant merge) {
-  if (merge == kernels::gemm::GemmMergeVariant::kBKN) return detail::merged_op_kernel_variant();
-  if (merge == kernels::gemm::GemmMergeVariant::kBNK) return detail::merged_nk_op_kernel_variant();
-  using Plain = detail::OpBody<kernels::gemm::GemmMergeVariant::kNone>;
+const runtime::KernelVariant& op_kernel_variant(bool merged_tails) {
+  if (merged_tails) return detail::merged_op_kernel_variant();
+  using Plain = detail::OpBody<false>;
   static const runtime::KernelVariant v{
       "ops", reinterpret_cast<const void*>(&runtime::persistent_kernel<Plain>), Plain::kThreads, Plain::kSmemBytes,
       &detail::op_supports,

@@ -46,17 +46,9 @@ Status OpRunner::create(const plan::Plan& plan, std::vector<GemmProblemSpec> pro
     go.watchdog_seconds = options.watchdog_seconds;
     go.trace = options.trace;
     go.max_ctas = options.max_ctas;
-    using kernels::gemm::GemmMergeVariant;
-    GemmMergeVariant merge = GemmMergeVariant::kNone;
-    for (size_t i = 0; i < r->problems_.size(); ++i) {
-      const auto& d = r->problems_[i].desc;
-      const GemmMergeVariant m = kernels::gemm::gemm_merge_variant(d.merge_tails, d.b_transposed);
-      KOSMOS_CHECK(m == GemmMergeVariant::kNone || merge == GemmMergeVariant::kNone || m == merge, "GEMM problem ", i,
-                   ": a plan merges tails with B of one layout only (kernel variants hold one merged-tail tile); this "
-                   "one has B ", d.b_transposed ? "[N, K]" : "[K, N]", ", an earlier one the other");
-      if (m != GemmMergeVariant::kNone) merge = m;
-    }
-    go.variant = &op_kernel_variant(merge);
+    bool merged_tails = false;
+    for (const GemmProblemSpec& p : r->problems_) merged_tails |= p.desc.merge_tails;
+    go.variant = &op_kernel_variant(merged_tails);
     KOSMOS_RETURN_IF_ERROR(runtime::GpuExecutor::create(plan, go, &r->gpu_));
   } else {
     runtime::CpuOptions co;

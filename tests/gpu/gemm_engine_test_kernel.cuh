@@ -14,10 +14,9 @@ __host__ __device__ inline int engine_task_count(const GemmParams& p, int run, b
                  : ((p.num_m_tiles + run - 1) / run) * p.num_n_tiles;
 }
 
-// kMerge: compiled with the merged-tail tile (kGemmMergeTails) for B [K, N] or [N, K]; it costs the
-// kernel a few spilled registers, so problems without the flag run the kernel without it (as in the
-// op kernel).
-template <GemmMergeVariant kMerge>
+// kMergedTails: compiled with the merged-tail tile (kGemmMergeTails); it costs the kernel a few
+// spilled registers, so problems without the flag run the kernel without it (as in the op kernel).
+template <bool kMergedTails>
 __global__ void __launch_bounds__(384, 1)
     gemm_engine_kernel(const __grid_constant__ GemmParams p, int run, int group_m_runs, bool along_n) {
   extern __shared__ __align__(1024) char smem[];
@@ -54,7 +53,7 @@ __global__ void __launch_bounds__(384, 1)
     int body_thread = int(threadIdx.x);
     asm volatile("" : "+l"(body_smem));
     asm volatile("" : "+r"(body_thread));
-    gemm_tile<NoWait, kMerge>(p, args, body_smem, body_thread, no_wait);
+    gemm_tile<NoWait, kMergedTails>(p, args, body_smem, body_thread, no_wait);
     __syncthreads();
     if (threadIdx.x == 0) s_task = t + int(gridDim.x);
     __syncthreads();
@@ -69,9 +68,8 @@ inline cudaError_t launch_gemm_engine(const GemmParams& p, int num_sms, int run 
                                       cudaStream_t stream = nullptr, bool along_n = false) {
   static bool configured = false;
   if (!configured) {
-    for (const void* k : {reinterpret_cast<const void*>(&gemm_engine_kernel<GemmMergeVariant::kNone>),
-                          reinterpret_cast<const void*>(&gemm_engine_kernel<GemmMergeVariant::kBKN>),
-                          reinterpret_cast<const void*>(&gemm_engine_kernel<GemmMergeVariant::kBNK>)}) {
+    for (const void* k : {reinterpret_cast<const void*>(&gemm_engine_kernel<false>),
+                          reinterpret_cast<const void*>(&gemm_engine_kernel<true>)}) {
       const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemmSmemBytesMax);
       if (e != cudaSuccess) return e;
     }
@@ -79,13 +77,10 @@ inline cudaError_t launch_gemm_engine(const GemmParams& p, int num_sms, int run 
   }
   const int total = engine_task_count(p, run, along_n);
   const int grid = total < num_sms ? total : num_sms;
-  const size_t smem = gemm_smem_bytes(p.tile_shape);
-  if (!(p.layout & kGemmMergeTails))
-    gemm_engine_kernel<GemmMergeVariant::kNone><<<grid, 384, smem, stream>>>(p, run, group_m_runs, along_n);
-  else if (p.layout & kGemmBTransposed)
-    gemm_engine_kernel<GemmMergeVariant::kBNK><<<grid, 384, smem, stream>>>(p, run, group_m_runs, along_n);
+  if (p.layout & kGemmMergeTails)
+    gemm_engine_kernel<true><<<grid, 384, gemm_smem_bytes(p.tile_shape), stream>>>(p, run, group_m_runs, along_n);
   else
-    gemm_engine_kernel<GemmMergeVariant::kBKN><<<grid, 384, smem, stream>>>(p, run, group_m_runs, along_n);
+    gemm_engine_kernel<false><<<grid, 384, gemm_smem_bytes(p.tile_shape), stream>>>(p, run, group_m_runs, along_n);
   return cudaGetLastError();
 }
 

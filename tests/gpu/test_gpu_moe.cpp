@@ -239,8 +239,8 @@ TEST(GpuMoeClaimAhead, EveryModeSameOutputs) {
 // memory). Routing::kTails gives last blocks of 1, 32 and 33 rows, exact multiples, an empty expert
 // and a lone short block; H = 256, I = 128 put both GEMMs on 128 x 256 tiles. Each run against fp64
 // and the unfused composition (bit for bit), merged and not; the two y agree to bf16 rounding. Then
-// the saving forward (GEMM1 also stores the pre-activation of the tail rows) and its backward (dA' and
-// dX merged too, B [N, K]) against the recomputing backward, and the Qwen3-like width (H = 1024, I = 384: 3 n tiles of GEMM1's SwiGLU, partial GEMM2).
+// the saving forward (GEMM1 also stores the pre-activation of the tail rows) against the recomputing
+// backward, and the Qwen3-like width (H = 1024, I = 384: 3 n tiles of GEMM1's SwiGLU, partial GEMM2).
 TEST(GpuMoeMergedTails, AgainstFp64AndSeparateTiles) {
   SKIP_WITHOUT_GPU();
   for (int W : {1, 2}) {
@@ -266,10 +266,6 @@ TEST(GpuMoeMergedTails, AgainstFp64AndSeparateTiles) {
   run_moe(1, 579, 1024, 384, 8, 2, Routing::kTails, 0, 0, 0, 0, nullptr, true, 18, "tails of <= 32 rows merged");
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  // The saved backward merges its dA' and dX tails (the B [N, K] merged tile; the recomputing one
-  // does not): gradients bit for bit those of separate tiles.
-  for (int W : {1, 2})
-    EXPECT_EQ(check_saved_activations(W, 579, 256, 256, 8, 2, Routing::kTails, false, 64 + W, st, W == 1 ? 21 : 25, true), "");
   EXPECT_EQ(check_saved_activations(1, 579, 1024, 384, 8, 2, Routing::kTails, false, 63, st, 18), "");
   cudaStreamDestroy(st);
 }

@@ -315,14 +315,6 @@ TEST(MoeBackwardCpuSaved, SameOutputsAsRecomputeBitForBit) {
   EXPECT_EQ(check_saved_activations(2, 23, 136, 72, 8, 3, Routing::kSkewedWithDrops, true, 3), ""); // ragged H, I
 }
 
-// Merged tails in the saved backward (dA' and dX on 128 x 256 tiles with B [N, K]; swiglu_backward
-// numbers the slots alike, kMoeFlagMergedTails): Routing::kTails gives last blocks of 1, 32 and 33
-// rows, exact multiples, an empty expert and a lone short block. The gradients equal the recomputing
-// backward's (which does not merge) bit for bit, fused == unfused, vs fp64; W = 1 and 2.
-TEST(MoeBackwardCpuSaved, MergedTailsSameGradientsAsSeparateTiles) {
-  for (int W : {1, 2}) EXPECT_EQ(check_saved_activations(W, 579, 256, 256, 8, 2, Routing::kTails, true, 17 + W, nullptr, 4, true), "");
-}
-
 TEST(MoeBackwardCpuErrors, SaveActivationsNeedsTheBackward) {
   MoeConfig c = moe_config(2, 4, 64, 64, 4, 2, true);
   c.save_activations = true;

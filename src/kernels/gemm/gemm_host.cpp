@@ -208,7 +208,8 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   if (d.merge_tails) {
     KOSMOS_CHECK(d.num_groups > 0 && !d.grouped_k, "GEMM merge_tails needs a problem grouped over M (num_groups = ",
                  d.num_groups, ", grouped_k = ", d.grouped_k, ")");
-    KOSMOS_CHECK(!d.a_col_major, "GEMM merge_tails needs A row-major (a_col_major = ", d.a_col_major, ")");
+    KOSMOS_CHECK(!d.a_col_major && !d.b_transposed, "GEMM merge_tails needs A row-major and B [K, N] (a_col_major = ",
+                 d.a_col_major, ", b_transposed = ", d.b_transposed, ")");
     KOSMOS_CHECK(shape == GemmTileShape::k128x256, "GEMM merge_tails needs the 128x256 tile (got ", gemm_block_n(shape),
                  " columns)");
     KOSMOS_CHECK((d.epilogue & kGemmEpiAccumulate) == 0, "GEMM merge_tails cannot accumulate into C");

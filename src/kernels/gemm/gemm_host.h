@@ -56,9 +56,9 @@ struct GemmDesc {
   // k blocks (K <= 256 with 128 x 256 tiles) load the shared operand once (kGemmKeepOperands).
   // KOSMOS_GEMM_KEEP_OPERANDS=0 in the environment turns it off.
   bool keep_operands = true;
-  // Grouped over M only, A row-major, 128 x 256 tiles, no accumulate: a group's short last m block
-  // (<= kGemmTailRows rows) is computed by the block before it (kGemmMergeTails, gemm_params.h).
-  // B stored [K, N] or [N, K]: two tiles, one per kernel variant (GemmMergeVariant). Changes which rows each slot covers: GEMMs whose slots must cover the same rows
+  // Grouped over M only, A row-major, B [K, N], 128 x 256 tiles, no accumulate: a group's short last
+  // m block (<= kGemmTailRows rows) is computed by the block before it (kGemmMergeTails,
+  // gemm_params.h). Changes which rows each slot covers: GEMMs whose slots must cover the same rows
   // (the MoE's GEMM1 and GEMM2) set it alike. KOSMOS_GEMM_MERGE_TAILS=0 in the environment turns it off.
   bool merge_tails = false;
 };

@@ -70,7 +70,7 @@ enum GemmLayoutFlags : uint32_t {
   // Set by make_gemm_params: tiles of at most one ring of k blocks keep the operand they share
   // with the previous tile of their run in shared memory (gemm_tile.cuh, StageWalk).
   kGemmKeepOperands = 1u << 3,
-  // Grouped over M (A row-major, B either layout, 128 x 256 tiles): a group's last m block of at most
+  // Grouped over M (A row-major, B [K, N], 128 x 256 tiles): a group's last m block of at most
   // kGemmTailRows rows is computed by the tile of the block before it, which then covers 128 + tail
   // rows (gemm_group_blocks; the tail's product runs as Bᵀ · Aᵀ on the B tile already in shared
   // memory). The slot that block had is not used: the group takes one slot less.
@@ -101,14 +101,6 @@ KOSMOS_HOST_DEVICE inline int gemm_group_blocks(int mg, bool merge, int* tail) {
   const bool merged = merge && blocks >= 2 && last <= kGemmTailRows;
   *tail = merged ? last : 0;
   return merged ? blocks - 1 : blocks;
-}
-// Which merged-tail tile a kernel has compiled in (gemm_tile's kMerge): none, or the one for B
-// stored [K, N] (the MoE forward's GEMMs), or the one for B stored [N, K] (the backward's dA' and
-// dX). Each costs the whole kernel a few spilled registers, so a kernel holds at most one of them
-// and plans choose (ops::op_kernel_variant).
-enum class GemmMergeVariant : int { kNone = 0, kBKN = 1, kBNK = 2 };
-KOSMOS_HOST_DEVICE constexpr GemmMergeVariant gemm_merge_variant(bool merge_tails, bool b_transposed) {
-  return !merge_tails ? GemmMergeVariant::kNone : b_transposed ? GemmMergeVariant::kBNK : GemmMergeVariant::kBKN;
 }
 inline constexpr int gemm_block_n(GemmTileShape s) {
   return s == GemmTileShape::k128x128 ? 128 : s == GemmTileShape::k128x64 ? 64 : 256;
