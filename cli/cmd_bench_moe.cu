@@ -56,7 +56,7 @@ void add_bench_moe(CLI::App& bench) {
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing, transport = "local";
     int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0,
-        gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0, dw_interleave = 0;
+        gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
   };
@@ -103,9 +103,6 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--dw-tile", o->dw_tile,
                   "Backward: output tile width of the weight-gradient GEMMs (256, 128 or 64; 0: chosen)")
       ->check(CLI::IsMember({0, 64, 128, 256}));
-  cmd->add_option("--dw-interleave", o->dw_interleave,
-                  "Backward claim order: 1: queue the weight-gradient tiles among the dX tiles; 0 (default): after them")
-      ->check(CLI::Range(0, 1));
   cmd->add_flag("--phase-times", o->phase_times,
                 "Also time each launch of the unfused composition alone (median of --reps), to see which phase the "
                 "fused launch gains or loses");
@@ -148,7 +145,6 @@ void add_bench_moe(CLI::App& bench) {
     cfg.backward_run = o->bwd_run;
     cfg.backward_dx_lag = o->dx_lag;
     cfg.backward_dw_tile_n = o->dw_tile;
-    cfg.backward_dw_interleave = o->dw_interleave != 0;
     const int W = cfg.world, E = cfg.num_experts, k = cfg.top_k;
     const int64_t T = cfg.tokens, H = cfg.hidden, I = cfg.intermediate;
     if (E < 1 || E % W != 0)

@@ -102,11 +102,6 @@ struct MoeConfig {
   // Backward: output tile width of the weight-gradient GEMMs dDown / dGateUp (256, 128 or 64; 0:
   // chosen by the engine's tile-shape heuristic).
   int backward_dw_tile_n = 0;
-  // Backward claim order: the weight-gradient tiles (dDown, dGateUp) are queued among the dX tiles
-  // (spread evenly over the dX steps that hold rows under uniform routing, after every
-  // swiglu_backward they wait for) instead of after all of them. Off by default (measured: see
-  // docs/perf-notes.md, twenty-fourth session).
-  bool backward_dw_interleave = false;
   bool backward = false;  // also plan the backward pass (its buffers, W <= 8: five GEMMs per rank)
   // Training (needs backward): the forward keeps what the backward needs -- received x rows and
   // weights, the layout, and GEMM1's pre-activation h1 (its epilogue stores it beside the SwiGLU

@@ -213,6 +213,14 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   // (H200, fifth session, T = 4096 backward: Qwen3 proxy 9.71 -> 8.42 ms, DeepSeek-V3 proxy
   // 17.38 -> 16.50 ms).
   const uint32_t lag_dx = consumer_lag(cfg.backward_dx_lag, decode, ctas, tasks_per_step, num_steps);
+  for (uint32_t s = 0; s < num_steps + lag + lag_dx; ++s) {
+    if (s < num_steps)
+      for (uint32_t d = 0; d < W; ++d) gemm1(d, s);
+    if (s >= lag && s - lag < num_steps)
+      for (uint32_t d = 0; d < W; ++d) swiglu(d, s - lag);
+    if (s >= lag + lag_dx)
+      for (uint32_t d = 0; d < W; ++d) gemm_dx(d, s - lag - lag_dx);
+  }
   // Weight gradients: fixed tiles per expert (grouped over K). The claim order comes from the
   // raster planner, which knows that A and B blocks belong to one expert: the first version walked
   // all experts' m tiles for one n block before the next n block (n-major, runs chosen for the
@@ -220,11 +228,6 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   // 16 x 470 MB for dGateUp) and at T = 128 every task was one 1-k-block tile (49,152 tasks of
   // ~7 us, mostly restart cost). The ranks' tasks interleave, each rank getting ctas / W CTAs.
   std::string dw_raster[2];
-  struct DwTask {
-    GemmTileArgs args;
-    uint32_t rank;
-  };
-  std::vector<DwTask> dw;  // in their claim order
   for (int j : {kDDown, kDGateUp}) {
     // K per expert from the rows a rank receives under uniform routing (T k, plus about half a k
     // block of padding per expert), not the worst case the buffers are sized for.
@@ -235,35 +238,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
     const std::vector<ops::GemmRun> order = ops::plan_gemm_runs(rp, &choice);
     dw_raster[j - kDDown] = choice.describe();
     for (const ops::GemmRun& r : order)
-      for (uint32_t d = 0; d < W; ++d) dw.push_back({ops::tile_args(kNumProblems * d + uint32_t(j), r), d});
+      for (uint32_t d = 0; d < W; ++d) {
+        const GemmTileArgs a = ops::tile_args(kNumProblems * d + uint32_t(j), r);
+        TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
+        wait_layout(t);
+        t.waits.push_back({c_ew_all, plan::kWaitAll});
+      }
   }
-  size_t dw_next = 0;
-  auto emit_dw = [&](size_t until) {  // the dW tasks [dw_next, until) of the claim order
-    for (; dw_next < std::min(until, dw.size()); ++dw_next) {
-      TaskRec& t = add(TaskKind::kGemmTile, dw[dw_next].rank, &dw[dw_next].args, sizeof(GemmTileArgs), kGemm2);
-      wait_layout(t);
-      t.waits.push_back({c_ew_all, plan::kWaitAll});  // every swiglu_backward of the rank: queued before
-    }
-  };
-  // backward_dw_interleave: after each dX step from the first one queued after the last
-  // swiglu_backward (the dW tiles wait for all of them) up to the last step expected to hold rows
-  // (est_tiles slots), its share of the dW tasks; the rest after the last dX step.
-  uint32_t est_steps = 0;
-  while (est_steps < num_steps && runs.start(steps.first_run(est_steps)) < uint32_t(est_tiles)) ++est_steps;
-  const uint32_t dx_first = lag_dx < num_steps - 1 ? num_steps - 1 - lag_dx : 0;  // queued after the last swiglu_backward
-  for (uint32_t s = 0; s < num_steps + lag + lag_dx; ++s) {
-    if (s < num_steps)
-      for (uint32_t d = 0; d < W; ++d) gemm1(d, s);
-    if (s >= lag && s - lag < num_steps)
-      for (uint32_t d = 0; d < W; ++d) swiglu(d, s - lag);
-    if (s >= lag + lag_dx) {
-      const uint32_t x = s - lag - lag_dx;
-      for (uint32_t d = 0; d < W; ++d) gemm_dx(d, x);
-      if (cfg.backward_dw_interleave && x >= dx_first && x < est_steps)
-        emit_dw(dw.size() * (x - dx_first + 1) / (est_steps - dx_first));
-    }
-  }
-  emit_dw(dw.size());
   const uint32_t tpt = combine_tokens_per_task(cfg, ctas);
   for (uint32_t t0 = 0; t0 < T; t0 += tpt)
     for (uint32_t s = 0; s < W; ++s) {
@@ -283,7 +264,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
      << (saved ? std::string("0 (saved by the forward)") : std::to_string(pp[kH1].num_n_tiles)) << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "
-     << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later" << (cfg.backward_dw_interleave ? ", dW among dX" : "") << "], "
+     << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later], "
      << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt << " tokens each]), " << dp.num_counters
      << " counters/rank";
   dp.summary = os.str();

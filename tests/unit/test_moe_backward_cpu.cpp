@@ -13,9 +13,8 @@ using namespace kosmos::test;
 namespace {
 
 void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0,
-                  int dw_tile_n = 0, int route_chunks = 0, bool dw_interleave = false) {
+                  int dw_tile_n = 0, int route_chunks = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
-  c.backward_dw_interleave = dw_interleave;
   c.route_chunks = route_chunks;
   c.backward = true;
   c.combine_tokens_per_task = tpt;
@@ -24,7 +23,6 @@ void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, in
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  EXPECT_EQ(L->describe().find("dW among dX") != std::string::npos, dw_interleave) << L->describe();
   MoeHost h{c};
   fill_moe_backward(*L, h, 2000 + 17 * W + T + E + k, routing);
   const std::string what = "W=" + std::to_string(W) + " T=" + std::to_string(T) + " E=" + std::to_string(E) +
@@ -91,15 +89,6 @@ TEST(MoeBackwardCpuShapes, DxLagOnlyReordersTasks) {
   // dX right after its swiglu_backward, and every dX after every swiglu_backward: same gradients.
   run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1);
   run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1000);
-}
-
-TEST(MoeBackwardCpuShapes, DwInterleaveOnlyReordersTasks) {
-  // Weight-gradient tiles queued among the dX tiles (after every swiglu_backward): same gradients
-  // (fused == the unfused composition, whose order does not change, bit for bit), with the chosen
-  // dX lag and with every dX right after its swiglu_backward.
-  run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 0, 0, 0, true);
-  run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1, 0, 0, true);
-  run_backward(1, 600, 8, 4, Routing::kUniform, 128, 64, 0, 1000, 0, 0, true);
 }
 
 TEST(MoeBackwardCpuShapes, RouteChunksLeaveTheGradientsUnchanged) {
