@@ -476,7 +476,8 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   Buf dgm(G * 4), dgo(G * 4), Cref(c_el * 2);
   CK(cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dgo.p, goff.data(), G * 4, cudaMemcpyHostToDevice));
-  std::vector<kosmos::GemmArguments> args = set_arguments(A, B, C, total, N, K, true);  // experts' weights [G, N, K]
+  // Experts' weights [G, N, K] (--layout nt, the default) or [G, K, N] (--layout nn).
+  std::vector<kosmos::GemmArguments> args = set_arguments(A, B, C, total, N, K, !o.nn);
   for (int s = 0; s < sets; ++s) {
     kosmos::GemmArguments& ga = args[s];
     ga.num_groups = G;
@@ -484,7 +485,8 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     ga.group_offset = static_cast<const int*>(dgo.p);
   }
   const std::vector<GemmParams> P = set_params(args, sms, o.shape);
-  // cuBLAS grouped: one group per non-empty expert (row-major trick: C^T = B_g^T' * A^T).
+  // cuBLAS grouped: one group per non-empty expert (row-major trick: C^T = op(B_g)^T * A^T, B_g
+  // transposed for [N, K] storage).
   std::vector<cublasOperation_t> ta, tb;
   std::vector<int> mm, nn, kk, lda, ldb, ldc, gsize;
   std::vector<float> alpha, beta;
@@ -493,12 +495,12 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     if (gm[g] > 0) live.push_back(g);
   const int L = int(live.size());
   for (int i = 0; i < L; ++i) {
-    ta.push_back(CUBLAS_OP_T);
+    ta.push_back(o.nn ? CUBLAS_OP_N : CUBLAS_OP_T);
     tb.push_back(CUBLAS_OP_N);
     mm.push_back(int(N));
     nn.push_back(gm[live[i]]);
     kk.push_back(int(K));
-    lda.push_back(int(K));
+    lda.push_back(o.nn ? int(N) : int(K));
     ldb.push_back(int(K));
     ldc.push_back(int(N));
     gsize.push_back(1);
@@ -591,7 +593,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   const std::vector<float> t = time_medians(
       o.reps, sets,
       {[&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); }, cublas_grouped,
-       [&](int s) { cublas_gemm(cub, false, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); },
+       [&](int s) { cublas_gemm(cub, o.nn, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); },
        [&](int s) { (void)plans[s]->run(); }, [&](int s) { (void)dense[s]->run(); },
        [&](int s) { (void)unmerged[s]->run(); }});
   r.ours_ms = t[0];

@@ -143,3 +143,95 @@ TEST(GpuGemmOp, CudaGraphReplay) {
   SKIP_WITHOUT_GPU();
   EXPECT_LT(run_case(1000, 1024, 512, false, false, kEpilogueStore, 77, 50), 1e-2);
 }
+
+// Grouped kosmos::Gemm with B [K, N] on 128 x 256 tiles merges each group's last block of at most 32
+// rows into the tile before it (GemmOptions::merge_tails, on by default): tails of 1, 32 and 33 rows,
+// an empty group, a lone short group; K of 1000 (a partial k block); store, row-scale and SwiGLU
+// epilogues. C (poisoned first) is bit for bit that of the plan without merging, and a row sample
+// of every group agrees with fp64.
+TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
+  SKIP_WITHOUT_GPU();
+  std::vector<int> gm, off;
+  int64_t rows = 0;
+  for (int rep = 0; rep < 8; ++rep)  // 120 worst-case slots x 2 n tiles: 128 x 256 tiles on 132 SMs
+    for (int m : {129, 160, 161, 0, 7, 300, 256}) {
+      off.push_back(int(rows));
+      gm.push_back(m);
+      rows += m;
+    }
+  const int G = int(gm.size());
+  const int64_t n = 512, k = 1000;
+  auto a = random_bf16(size_t(rows) * k, 91), b = random_bf16(size_t(G) * k * n, 92);
+  std::vector<float> scale(rows);
+  for (int64_t i = 0; i < rows; ++i) scale[i] = 0.5f + float(i % 7) / 7.0f;
+  Dev da(a.size() * 2), db(b.size() * 2), ds(rows * 4), dgm(G * 4), doff(G * 4), dc(size_t(rows) * n * 2);
+  cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(ds.p, scale.data(), rows * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(doff.p, off.data(), G * 4, cudaMemcpyHostToDevice);
+  for (uint32_t epi : {kEpilogueStore, kEpilogueRowScale, kEpilogueSwiGLU}) {
+    SCOPED_TRACE("epilogue " + std::to_string(epi));
+    const int64_t n_out = (epi & kEpilogueSwiGLU) ? n / 2 : n;
+    GemmArguments g;
+    g.a = da.p;
+    g.lda = k;
+    g.b = db.p;
+    g.ldb = n;
+    g.c = dc.p;
+    g.ldc = n_out;
+    g.m = rows;
+    g.n = n;
+    g.k = k;
+    g.epilogue = epi;
+    g.row_scale = static_cast<const float*>(ds.p);
+    g.num_groups = G;
+    g.group_m = static_cast<const int*>(dgm.p);
+    g.group_offset = static_cast<const int*>(doff.p);
+    std::vector<uint16_t> c[2];
+    for (int merge = 0; merge < 2; ++merge) {
+      GemmOptions o;
+      o.merge_tails = merge != 0;
+      std::unique_ptr<Gemm> plan;
+      Status s = Gemm::plan(g, o, &plan);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      EXPECT_EQ(plan->raster().find("tails of <= 32 rows merged") != std::string::npos, merge != 0) << plan->raster();
+      cudaMemset(dc.p, 0xFF, size_t(rows) * n_out * 2);  // poison: NaN
+      ASSERT_TRUE(plan->run().is_ok());
+      s = plan->finish();
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      c[merge].resize(size_t(rows) * n_out);
+      cudaMemcpy(c[merge].data(), dc.p, c[merge].size() * 2, cudaMemcpyDeviceToHost);
+    }
+    size_t diff = 0;
+    for (size_t i = 0; i < c[0].size(); ++i) diff += c[0][i] != c[1][i];
+    EXPECT_EQ(diff, 0u) << "elements differing between merged and separate tail tiles";
+    // fp64 on each group's first, 128th..131st and last rows (the merged tails' rows included).
+    double err2 = 0, ref2 = 0;
+    for (int grp = 0; grp < G; ++grp)
+      for (int r : {0, 127, 128, 129, 130, 255, 256, 257, gm[grp] - 1}) {
+        if (r < 0 || r >= gm[grp]) continue;
+        const int64_t row = off[grp] + r;
+        for (int64_t j = 0; j < n_out; ++j) {
+          auto dot = [&](int64_t col) {
+            double acc = 0;
+            for (int64_t kk = 0; kk < k; ++kk)
+              acc += double(bf16_to_float(a[row * k + kk])) * bf16_to_float(b[(size_t(grp) * k + kk) * n + col]);
+            return acc;
+          };
+          double ref;
+          if (epi & kEpilogueSwiGLU) {  // gate / up interleaved in blocks of 8 columns
+            const int64_t gc = j / 8 * 16 + j % 8;
+            const double gate = dot(gc), up = dot(gc + 8);
+            ref = gate / (1.0 + std::exp(-gate)) * up;
+          } else {
+            ref = dot(j) * ((epi & kEpilogueRowScale) ? scale[row] : 1.0);
+          }
+          const double got = bf16_to_float(c[1][row * n_out + j]);
+          err2 += (got - ref) * (got - ref);
+          ref2 += ref * ref;
+        }
+      }
+    EXPECT_LT(std::sqrt(err2 / ref2), 1e-2);
+  }
+}
