@@ -145,7 +145,7 @@ TEST(GpuGemmOp, CudaGraphReplay) {
 }
 
 // Grouped kosmos::Gemm with B [K, N] on 128 x 256 tiles merges each group's last block of at most 32
-// rows into the tile before it (GemmOptions::merge_tails, on by default): tails of 1, 32 and 33 rows,
+// rows into the tile before it when asked (GemmOptions::merge_tails): tails of 1, 32 and 33 rows,
 // an empty group, a lone short group; K of 1000 (a partial k block); store, row-scale and SwiGLU
 // epilogues. C (poisoned first) is bit for bit that of the plan without merging, and a row sample
 // of every group agrees with fp64.

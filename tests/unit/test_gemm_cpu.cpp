@@ -161,8 +161,8 @@ TEST(GemmCpu, GroupedWithEmptyGroupsAndDeviceStyleCounts) {
   EXPECT_NEAR(bf16_to_float(c[gap * n + 0]), ref, 2e-2 * (1 + std::abs(ref)));
 }
 
-// kosmos::Gemm merges short last blocks of grouped problems with B [K, N] on 128 x 256 tiles by
-// default (GemmOptions::merge_tails): C bit for bit that of the plan without, tails of 1, 32 and 33
+// kosmos::Gemm merges short last blocks of grouped problems with B [K, N] on 128 x 256 tiles when
+// asked (GemmOptions::merge_tails): C bit for bit that of the plan without, tails of 1, 32 and 33
 // rows; not with B [N, K] or accumulate (the plan says which in raster()).
 TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
   std::vector<int> gm, off;
@@ -206,10 +206,14 @@ TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
     }
     EXPECT_TRUE(c[0] == c[1]) << "C differs with merged tails";
     for (size_t i = 0; i < c[1].size(); ++i) ASSERT_NE(c[1][i], 0x7FC1) << "element " << i << " not written";
-    // Accumulate (C += ...) does not merge.
-    g.epilogue = kEpilogueAccumulate;
+    // Accumulate (C += ...) does not merge; nor does the default.
     GemmOptions o;
     o.cpu = true;
+    std::unique_ptr<Gemm> plan_default;
+    ASSERT_TRUE(Gemm::plan(g, o, &plan_default).is_ok());
+    EXPECT_EQ(plan_default->raster().find("tails of <= 32 rows merged"), std::string::npos) << plan_default->raster();
+    g.epilogue = kEpilogueAccumulate;
+    o.merge_tails = true;
     std::unique_ptr<Gemm> plan;
     ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
     EXPECT_EQ(plan->raster().find("tails of <= 32 rows merged"), std::string::npos) << plan->raster();
