@@ -1,4 +1,6 @@
 #!/bin/bash
+# RECORD ONLY: ran in the twenty-fourth session on a binary whose feature was then removed
+# (docs/perf-notes.md, twenty-fourth session); on main the switches it A/Bs no longer mean that.
 # The twenty-fourth session's first device call (tails24 = main with merged tails in the saved
 # backward's dA' and dX, the B [N, K] merged-tail tile):
 #   run(command="scripts/call24.sh", carry=["build/variants/tails24"])

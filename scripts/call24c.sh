@@ -1,4 +1,6 @@
 #!/bin/bash
+# RECORD ONLY: ran in the twenty-fourth session on a binary whose feature was then removed
+# (docs/perf-notes.md, twenty-fourth session); on main the switches it A/Bs no longer mean that.
 # The twenty-fourth session's third device call (dwmix = main after the backward merge's removal,
 # with kosmos::Gemm merging grouped B [K, N] tails and the --dw-interleave claim-order knob, off):
 #   run(command="scripts/call24c.sh", carry=["build/variants/dwmix"])
