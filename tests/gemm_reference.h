@@ -22,6 +22,21 @@ inline std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale = 
   return v;
 }
 
+// Group sizes for merged-tail tests of grouped GEMMs: last blocks of 1, 32 and 33 rows past a
+// multiple of 128, an empty group, a lone short group, 300 and 256 rows, repeated `reps` times
+// (reps = 8: 120 worst-case slots, so 128 x 256 tiles win the tile heuristic on 132 SMs at N = 512).
+// Fills group_m and group_offset (back to back) and returns the total rows.
+inline int64_t merged_tail_groups(int reps, std::vector<int>* group_m, std::vector<int>* group_offset) {
+  int64_t rows = 0;
+  for (int rep = 0; rep < reps; ++rep)
+    for (int m : {129, 160, 161, 0, 7, 300, 256}) {
+      group_offset->push_back(int(rows));
+      group_m->push_back(m);
+      rows += m;
+    }
+  return rows;
+}
+
 // Reference for GemmArguments over host copies of A, B, C_in (C_in used with kEpilogueAccumulate).
 inline std::vector<double> reference_gemm(const GemmArguments& g, const std::vector<uint16_t>& a,
                                           const std::vector<uint16_t>& b, const std::vector<uint16_t>& c_in,

@@ -365,9 +365,8 @@ __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeAr
     }
     const float w = __ldcg(recv_w + row);
     float dot = 0.0f;
-    for (uint32_t v = lane_idx; v < iv; v += 32) {
-      const uint4 graw = __ldcg(h1 + row * 2 * iv + 2 * v), uraw = __ldcg(h1 + row * 2 * iv + 2 * v + 1);
-      const uint4 draw = __ldcg(dap + row * iv + v);
+    // One 16-byte vector of gate, up and dA' (8 columns) -> dH1, w·a; dot in the lane's column order.
+    auto step = [&](const uint4& graw, const uint4& uraw, const uint4& draw, uint32_t v) {
       const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&graw);
       const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uraw);
       const __nv_bfloat16* db = reinterpret_cast<const __nv_bfloat16*>(&draw);
@@ -388,6 +387,22 @@ __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeAr
       dh1[row * 2 * iv + 2 * v] = dg_out;
       dh1[row * 2 * iv + 2 * v + 1] = du_out;
       act_w[row * iv + v] = aw_out;
+    };
+    // Two vectors per lane per round: their six loads are in flight together (the body is bound
+    // by the memory round trip, not by bandwidth).
+    for (uint32_t v = lane_idx; v < iv; v += 64) {
+      const uint32_t v2 = v + 32;
+      const bool second = v2 < iv;
+      const uint4 g0 = __ldcg(h1 + row * 2 * iv + 2 * v), u0 = __ldcg(h1 + row * 2 * iv + 2 * v + 1);
+      const uint4 d0 = __ldcg(dap + row * iv + v);
+      uint4 g1 = make_uint4(0, 0, 0, 0), u1 = g1, d1 = g1;
+      if (second) {
+        g1 = __ldcg(h1 + row * 2 * iv + 2 * v2);
+        u1 = __ldcg(h1 + row * 2 * iv + 2 * v2 + 1);
+        d1 = __ldcg(dap + row * iv + v2);
+      }
+      step(g0, u0, d0, v);
+      if (second) step(g1, u1, d1, v2);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);

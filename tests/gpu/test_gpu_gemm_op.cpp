@@ -152,13 +152,7 @@ TEST(GpuGemmOp, CudaGraphReplay) {
 TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
   SKIP_WITHOUT_GPU();
   std::vector<int> gm, off;
-  int64_t rows = 0;
-  for (int rep = 0; rep < 8; ++rep)  // 120 worst-case slots x 2 n tiles: 128 x 256 tiles on 132 SMs
-    for (int m : {129, 160, 161, 0, 7, 300, 256}) {
-      off.push_back(int(rows));
-      gm.push_back(m);
-      rows += m;
-    }
+  const int64_t rows = merged_tail_groups(8, &gm, &off);
   const int G = int(gm.size());
   const int64_t n = 512, k = 1000;
   auto a = random_bf16(size_t(rows) * k, 91), b = random_bf16(size_t(G) * k * n, 92);

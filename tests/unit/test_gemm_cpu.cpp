@@ -166,13 +166,7 @@ TEST(GemmCpu, GroupedWithEmptyGroupsAndDeviceStyleCounts) {
 // rows; not with B [N, K] or accumulate (the plan says which in raster()).
 TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
   std::vector<int> gm, off;
-  int64_t rows = 0;
-  for (int rep = 0; rep < 8; ++rep)  // 120 worst-case slots x 2 n tiles: 128 x 256 tiles on 132 SMs
-    for (int m : {129, 160, 161, 0, 7, 300, 256}) {
-      off.push_back(int(rows));
-      gm.push_back(m);
-      rows += m;
-    }
+  const int64_t rows = merged_tail_groups(8, &gm, &off);
   const int G = int(gm.size());
   const int64_t n = 512, k = 64;
   auto a = random_bf16(size_t(rows) * k, 21), b = random_bf16(size_t(G) * k * n, 22);
