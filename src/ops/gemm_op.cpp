@@ -46,8 +46,10 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   if (options.merge_tails && d.num_groups > 0 && !d.grouped_k && !d.a_col_major && !d.b_transposed &&
       !(d.epilogue & kernels::gemm::kGemmEpiAccumulate) && impl->shape.tile_shape == kernels::gemm::GemmTileShape::k128x256) {
     d.tile_shape = impl->shape.tile_shape;
-    d.merge_tails = impl->merge_tails = true;
+    d.merge_tails = true;
     KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));
+    // (KOSMOS_GEMM_MERGE_TAILS=0 leaves the layout flag off: then the plan does not merge.)
+    impl->merge_tails = (impl->shape.layout & kernels::gemm::kGemmMergeTails) != 0;
   }
   const auto& p = impl->shape;
   const int ctas = d.num_sms;  // one op CTA per SM (228 KB of shared memory each)
