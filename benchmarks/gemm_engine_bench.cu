@@ -209,6 +209,15 @@ __global__ void count_mismatch(const uint16_t* x, const uint16_t* y, size_t n, u
     local += x[i] != y[i];
   if (local) atomicAdd(bad, local);
 }
+// The number of the n bf16 elements of x (device) that differ bitwise from y (device).
+unsigned long long mismatches(const void* x, const uint16_t* y, size_t n) {
+  Buf bad(8);
+  CK(cudaMemset(bad.p, 0, 8));
+  count_mismatch<<<264, 256>>>(static_cast<const uint16_t*>(x), y, n, static_cast<unsigned long long*>(bad.p));
+  unsigned long long count = 0;
+  CK(cudaMemcpy(&count, bad.p, 8, cudaMemcpyDeviceToHost));
+  return count;
+}
 
 // --raster-sweep: kosmos::Gemm under every claim order the planner could consider (both directions,
 // every run length up to 16 that changes the number of runs, groups of 1, 2, 4, ... runs), each
@@ -237,7 +246,7 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
     }
   };
   const auto planner = plan({});
-  Buf ref(c_el * 2), bad(8);
+  Buf ref(c_el * 2);
   CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
   run_once(*planner[0]);
   CK(cudaMemcpy(ref.p, args[0].c, c_el * 2, cudaMemcpyDeviceToDevice));
@@ -266,16 +275,12 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
         const kosmos::GemmClaimOrder co{uint32_t(run), along_n, g};
         const auto plans = plan(co);
         CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
-        CK(cudaMemset(bad.p, 0, 8));
         run_once(*plans[0]);
-        count_mismatch<<<264, 256>>>(static_cast<const uint16_t*>(args[0].c), ref.h(), c_el,
-                                     static_cast<unsigned long long*>(bad.p));
-        unsigned long long mismatches = 0;
-        CK(cudaMemcpy(&mismatches, bad.p, 8, cudaMemcpyDeviceToHost));
+        const bool equal = mismatches(args[0].c, ref.h(), c_el) == 0;
         warm();
         const std::vector<float> t = time_medians(o.sweep_reps, sets, {[&](int s) { (void)planner[s]->run(); },
                                                                        [&](int s) { (void)plans[s]->run(); }});
-        all.push_back({co, kosmos::ops::evaluate_order(rp, along_n, uint32_t(run), g), t[1], t[0], mismatches == 0});
+        all.push_back({co, kosmos::ops::evaluate_order(rp, along_n, uint32_t(run), g), t[1], t[0], equal});
         if (g == runs) break;
       }
     }
@@ -571,18 +576,14 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   const std::vector<std::unique_ptr<kosmos::Gemm>> merged = plan_sets("grouped, tails merged", [](kosmos::GemmArguments&) {}, merge);
   r.rt_merged_raster = merged[0]->raster();
   {
-    Buf plain_c(c_el * 2), bad(8);
+    Buf plain_c(c_el * 2);
     CK(cudaMemcpy(plain_c.p, C[0]->p, c_el * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
     if (!merged[0]->run().is_ok() || !merged[0]->finish().is_ok()) {
       std::fprintf(stderr, "kosmos::Gemm run (tails merged) failed\n");
       std::exit(1);
     }
-    CK(cudaMemset(bad.p, 0, 8));
-    count_mismatch<<<264, 256>>>(static_cast<const uint16_t*>(C[0]->p), plain_c.h(), c_el, static_cast<unsigned long long*>(bad.p));
-    unsigned long long mismatches = 0;
-    CK(cudaMemcpy(&mismatches, bad.p, 8, cudaMemcpyDeviceToHost));
-    r.rt_merged_equal = mismatches == 0;
+    r.rt_merged_equal = mismatches(C[0]->p, plain_c.h(), c_el) == 0;
   }
   // Our own dense GEMM of the same total M (every row times expert 0's weights): what grouping costs
   // the engine (padding of each group's last block, per-group B blocks), apart from the engine itself.

@@ -41,15 +41,19 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   d.encode_tma = false;
   d.num_sms = options.cpu ? 132 : device_sms();
   KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));  // validates everything
-  // Merged tails where make_gemm_params admits them (grouped over M, A row-major, B [K, N], 128 x 256
-  // tiles, no accumulate); the tile shape stays the one just chosen.
-  if (options.merge_tails && d.num_groups > 0 && !d.grouped_k && !d.a_col_major && !d.b_transposed &&
-      !(d.epilogue & kernels::gemm::kGemmEpiAccumulate) && impl->shape.tile_shape == kernels::gemm::GemmTileShape::k128x256) {
-    d.tile_shape = impl->shape.tile_shape;
-    d.merge_tails = true;
-    KOSMOS_RETURN_IF_ERROR(kernels::gemm::make_gemm_params(d, &impl->shape));
-    // (KOSMOS_GEMM_MERGE_TAILS=0 leaves the layout flag off: then the plan does not merge.)
-    impl->merge_tails = (impl->shape.layout & kernels::gemm::kGemmMergeTails) != 0;
+  // Merged tails where make_gemm_params admits them for the tile shape just chosen (it names what
+  // merging needs; a problem it rejects plans without). KOSMOS_GEMM_MERGE_TAILS=0 leaves the
+  // layout flag off: then the plan does not merge either.
+  if (options.merge_tails) {
+    kernels::gemm::GemmDesc m = d;
+    m.tile_shape = impl->shape.tile_shape;
+    m.merge_tails = true;
+    kernels::gemm::GemmParams mp;
+    if (kernels::gemm::make_gemm_params(m, &mp).is_ok()) {
+      d = m;
+      impl->shape = mp;
+      impl->merge_tails = (mp.layout & kernels::gemm::kGemmMergeTails) != 0;
+    }
   }
   const auto& p = impl->shape;
   const int ctas = d.num_sms;  // one op CTA per SM (228 KB of shared memory each)
