@@ -455,6 +455,45 @@ TEST(GemmEngineGpu, KeptOperandsEqualRingLoads) {
     grouped.along_n = along_n;
     cases.push_back(grouped);
   }
+  // One k block past the ring (stage_walk.h): the kept operand's last block in the other operand's
+  // areas, which then streams through fewer stages. Every tile shape, both operands kept, K tails
+  // inside the extra block, all four layouts, and a grouped run across groups of 1..320 rows.
+  struct Extra {
+    GemmTileShape shape;
+    int64_t k;
+    bool along_n, a_col, b_t;
+    int run;
+  };
+  const Extra extra[] = {{GemmTileShape::k128x256, 257, false, false, false, 5}, {GemmTileShape::k128x256, 320, true, false, true, 4},
+                         {GemmTileShape::k128x256, 300, false, true, true, 3}, {GemmTileShape::k128x256, 290, true, true, false, 6},
+                         {GemmTileShape::k128x128, 400, false, false, true, 5}, {GemmTileShape::k128x128, 448, true, false, false, 4},
+                         {GemmTileShape::k128x64, 520, false, true, false, 6}, {GemmTileShape::k128x64, 576, true, false, true, 7}};
+  std::vector<Case> past;
+  for (const Extra& e : extra) {
+    Case cs = mk(1000, 1000, e.k, e.a_col, e.b_t);
+    cs.shape = e.shape;
+    cs.run = e.run;
+    cs.along_n = e.along_n;
+    past.push_back(cs);
+  }
+  for (bool along_n : {false, true}) {
+    Case grouped = mk(0, 1000, 300, false, along_n);
+    grouped.shape = GemmTileShape::k128x256;
+    int off = 0;
+    for (int mg : {0, 320, 1, 128, 0, 700, 129}) {
+      grouped.group_offset.push_back(off);
+      grouped.group_m.push_back(mg);
+      off += mg;
+    }
+    grouped.m = off;
+    grouped.run = 4;
+    grouped.along_n = along_n;
+    past.push_back(grouped);
+  }
+  for (auto& cs : past) {
+    cs.name = case_name(cs);
+    expect_same_output(cs, EngineOptions{}, EngineOptions{.keep_operands = false});
+  }
   for (auto& cs : cases) {
     cs.name = case_name(cs);
     expect_same_output(cs, EngineOptions{}, EngineOptions{.keep_operands = false});

@@ -106,11 +106,13 @@ TEST(GpuMoeGraph, FusedForwardReplaysFromACudaGraph) {
 
 namespace {
 // Backward: every gradient against fp64 and the unfused composition (7 launches) bit for bit.
+// dw_tile_n: the weight gradients' tile width (0: chosen).
 void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-                      int combine_tpt = 0) {
+                      int combine_tpt = 0, int dw_tile_n = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.backward = true;
   c.combine_tokens_per_task = combine_tpt;
+  c.backward_dw_tile_n = dw_tile_n;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -183,6 +185,19 @@ TEST(GpuMoeBackwardLarge, WideTilesManyExperts) {
   SKIP_WITHOUT_GPU();
   run_moe_backward(1, 128, 1024, 512, 128, 8, Routing::kUniform);
   run_moe_backward(1, 256, 2048, 1024, 32, 8, Routing::kSkewed);
+}
+
+// Weight-gradient tiles of one k block past the ring (stage_walk.h: the kept operand's last block
+// in the streaming operand's areas, a shorter ring): experts of ~300 rows (K = 257..320: five k
+// blocks at 128 x 256, four stages), ~400 rows at 128 x 128 (seven blocks, six stages) and ~540 at
+// 128 x 64 (nine, eight); dDown keeps A (runs along N), dGateUp keeps B (runs down M). Uniform
+// routing spreads the experts over one ring, one past it and two past it (kept, partly kept, not).
+TEST(GpuMoeBackwardLarge, WeightGradientTilesOneBlockPastTheRing) {
+  SKIP_WITHOUT_GPU();
+  run_moe_backward(1, 300, 512, 256, 8, 8, Routing::kUniform, 0, 0, 256);
+  run_moe_backward(1, 280, 512, 256, 8, 8, Routing::kSkewed, 0, 0, 256);
+  run_moe_backward(1, 400, 512, 256, 8, 8, Routing::kUniform, 0, 0, 128);
+  run_moe_backward(1, 540, 512, 256, 8, 8, Routing::kUniform, 0, 0, 64);
 }
 
 // MoeConfig::save_activations on the device (check_saved_activations, moe_check.h): GEMM1's

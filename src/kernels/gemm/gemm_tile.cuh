@@ -37,9 +37,10 @@
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. With kGemmKeepOperands a tile of at most one ring of
-// k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
-// (StageWalk: the producer loads only the other operand, and drains the ring before the resident
-// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
+// k blocks, or one more, may read its run's shared operand from the stage areas an earlier tile
+// loaded it into (StageWalk, stage_walk.h: the producer loads only the other operand, through a
+// shorter ring when the extra k block takes some of its areas, and drains the ring before the
+// resident areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
 // warp's lane 0 waits before the call returns until its TMA stores have read the staging and,
 // when the hook's outputs_awaited() says another task waits for this one's outputs, until they are
 // written (wait_group 0, then fence.proxy.async.global), so the runtime's release of the task's
@@ -72,6 +73,7 @@
 #include <type_traits>
 
 #include "gemm_params.h"
+#include "stage_walk.h"
 
 #ifdef KOSMOS_GEMM_PROBE  // diagnostic build only (benchmarks/gemm_probe.cu)
 #include "gemm_probe.cuh"
@@ -136,6 +138,8 @@ struct TileConfig {
   // time in gemm_tile_impl); with two staging buffers the 1 KB of slack no longer fits beside the
   // runtime's static shared memory.
   static constexpr int kSmemBytes = kRingBytes + kEpiBuffers * kEpiStageBytes + 2 * kStages * 8;
+  // The ring's areas as StageWalk indexes them (no partial keep beside a merged tail's areas).
+  using Ring = RingGeometry<kBM, kBN, kBK, kStages, kTail == 0>;
 };
 using Config128x256 = TileConfig<256, 4>;
 using Config128x128 = TileConfig<128, 6>;
@@ -316,49 +320,7 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
   return t;
 }
 
-// Operand residency (kGemmKeepOperands). The k blocks of a call go through the ring in order (stage,
-// phase), as always. A tile of at most kStages k blocks whose run shares one operand -- A along N
-// (one slot: the same rows and K range), B down M (dense, or grouped within one group: the same
-// columns and K range) -- keeps that operand resident: its k block kb lives in the operand's area
-// of stage kb, loaded once by the first such tile, while the other operand streams through the
-// ring with its full prefetch depth (64 of 192 KB per 128 x 256 tile when B stays, 128 KB when A
-// stays). Before a tile starts keeping an operand, stops, or switches to another group's B, the
-// producer drains the ring (waits until the consumers released every stage), since the resident
-// areas may still be read by earlier k blocks or hold what they read. No deadlock: a drain waits
-// only for k blocks of earlier tiles, each released at the latest when its tile's mainloop ends.
-enum : int { kKeepNone = 0, kKeepA = 1, kKeepB = 2 };
-
-template <int kStages>
-struct StageWalk {
-  int stage = 0;        // next ring stage
-  uint32_t phase = 0;   // parity of the ring's current lap
-  int kept = kKeepNone; // what the resident areas hold
-  int kept_group = -1;  // the group of the resident B
-
-  // The mode of tile t (kKeep*), identical for the producer and the consumers. load_kept: the tile
-  // loads the resident operand into the stage areas; drain: it must wait for every stage first.
-  template <bool kKeep>
-  __device__ __forceinline__ int start_tile(const GemmParams& p, const TileCoord& t, const GemmTileArgs& a,
-                                            bool& load_kept, bool& drain) {
-    const bool fits = kKeep && (p.layout & kGemmKeepOperands) && t.num_kb > 0 && t.num_kb <= kStages && t.tail == 0;
-    const int group = p.num_groups > 0 ? t.wait_m : 0;  // grouped (over M or K): B and K per group
-    const int want = !fits ? kKeepNone : (a.flags & kGemmRunAlongN) ? kKeepA : kKeepB;
-    const bool same = want != kKeepNone && want == kept && (want == kKeepA || group == kept_group);
-    drain = !same && (kept != kKeepNone || want != kKeepNone);
-    load_kept = want != kKeepNone && !same;
-    kept = want;
-    kept_group = group;
-    return want;
-  }
-  // The parity the next use of stage s completes with; its previous use's release has the other.
-  __device__ __forceinline__ uint32_t next_parity(int s) const { return s >= stage ? phase : phase ^ 1u; }
-  __device__ __forceinline__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
-};
+// Operand residency and the ring walk: StageWalk (stage_walk.h).
 
 // __fdividef: the IEEE division's slow-path check and call sat in the SwiGLU epilogue; for
 // x << 0 the denominator overflows to inf and the quotient is 0, which is silu's limit.
@@ -655,6 +617,10 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   // Operands kept resident between the tiles of a run (StageWalk); not with the cluster pair,
   // whose CTAs must load every k block in step.
   constexpr bool kKeep = !kPairB;
+  const bool along_n = (a.flags & kGemmRunAlongN) != 0;
+  auto keep_allowed = [&](const TileCoord& t) { return kKeep && (p.layout & kGemmKeepOperands) && t.tail == 0; };
+  // The group whose B a resident B belongs to (grouped over M or K: B and its K range are per group).
+  auto keep_group = [&](const TileCoord& t) { return p.num_groups > 0 ? t.wait_m : 0; };
 
   // smem: 1024-byte aligned (the 128-byte swizzle atoms of the ring need it), checked below.
   constexpr int kTail = Cfg::kTail;
@@ -696,12 +662,12 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp_idx == 0) {
       const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
-      StageWalk<kStages> walk;
+      StageWalk<typename Cfg::Ring> walk;
       for (int i = 0; i < count; ++i) {
         const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
         bool load_kept, drain;
-        const int kept = walk.template start_tile<kKeep>(p, t, a, load_kept, drain);
+        const int kept = walk.start_tile(keep_allowed(t), t.num_kb, along_n, keep_group(t), load_kept, drain);
         const bool skip_a = kept == kKeepA && !load_kept, skip_b = kept == kKeepB && !load_kept;
         if (lane_idx == 0) {
           if (drain) {
@@ -710,7 +676,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
           }
           for (int kb = 0; kb < t.num_kb; ++kb) {
             const int stage = walk.stage;
-            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
+            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.next_parity(stage) ^ 1);
             if (kb == 0) KOSMOS_GEMM_MARK(1, 4);
             if (kb == t.num_kb - 1) KOSMOS_GEMM_MARK(1, 5);
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
@@ -723,8 +689,8 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
             const uint32_t bytes = (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) +
                                    (skip_b ? 0u : uint32_t(Cfg::kStageBytesB)) + (tail ? uint32_t(Cfg::kStageBytesT) : 0u);
             cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
-            T* sa = smem_a + (kept == kKeepA ? kb : stage) * (kBM * kBK);
-            T* sb = smem_b + (kept == kKeepB ? kb : stage) * (kBN * kBK);
+            T* sa = smem_a + walk.a_index(kb, stage) * (kBM * kBK);
+            T* sb = smem_b + walk.b_index(kb, stage) * (kBN * kBK);
             const int k0 = t.k_base + kb * kBK;
             if constexpr (kTail > 0) {  // the merged tail's rows, [a_row0 + BM, + kTail) (past them: masked)
               if (tail) SM90_TMA_LOAD_2D::copy(&p.tma_t, &full[stage], hint, smem_t + stage * (kTail * kBK), k0, t.a_row0 + kBM);
@@ -799,12 +765,12 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     Tensor acc_t = partition_fragment_C(mma_t, Shape<Int<kBN>, typename Tr::TN>{});  // (n, tail row)
     const bool signal_thread = (ct % 128) == 0;
 
-    StageWalk<kStages> walk;
+    StageWalk<typename Cfg::Ring> walk;
     for (int i = 0; i < count; ++i) {
       const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
-      bool load_kept, drain;  // the producer's business; the consumers only need the mode
-      const int kept = walk.template start_tile<kKeep>(p, t, a, load_kept, drain);
+      bool load_kept, drain;  // the producer's business; the consumers only need the mode and the areas
+      walk.start_tile(keep_allowed(t), t.num_kb, along_n, keep_group(t), load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
       mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -832,8 +798,8 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       auto k_loop = [&](auto with_tail) {
         for (int kb = 0; kb < num_kb; ++kb) {
           const int stage = walk.stage;
-          cutlass::arch::ClusterBarrier::wait(&full[stage], walk.phase);
-          const int a_idx = kept == kKeepA ? kb : stage, b_idx = kept == kKeepB ? kb : stage;
+          cutlass::arch::ClusterBarrier::wait(&full[stage], walk.next_parity(stage));
+          const int a_idx = walk.a_index(kb, stage), b_idx = walk.b_index(kb, stage);
           if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
           warpgroup_arrive();
 #pragma unroll

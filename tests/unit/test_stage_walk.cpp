@@ -1,0 +1,326 @@
+// StageWalk (src/kernels/gemm/stage_walk.h), the ring walk that gemm_tile's producer and consumers
+// compute alike, run on the CPU against a model of what the GPU does with it: per stage a full and
+// an empty mbarrier (phases counted, waits by parity as mbarrier.try_wait.parity does), TMA writes
+// that land later than they are issued (visible once the full phase they count on completes), and
+// consumer reads that last from the k block's wgmma until the stage is released (after the next
+// k block's batch is issued, or at the tile's end). Random interleavings of the three, over random
+// runs of tiles (kept or not, K up to two blocks past one ring, groups changing mid-run, empty
+// grouped-K tiles), must never deadlock, never write bytes a read in flight still uses, and every
+// read must find the operand block it expects, landed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm/stage_walk.h"
+
+namespace {
+
+using kosmos::kernels::gemm::detail::kKeepA;
+using kosmos::kernels::gemm::detail::kKeepB;
+using kosmos::kernels::gemm::detail::kKeepNone;
+using kosmos::kernels::gemm::detail::RingGeometry;
+using kosmos::kernels::gemm::detail::StageWalk;
+
+struct TileSpec {
+  int num_kb;
+  bool along_n;
+  int group;
+  bool keep;
+  int a_id, b_id;  // identity of the tile's A / B operand (equal ids: the same data)
+};
+
+// What a byte range of shared memory holds.
+struct Content {
+  int64_t lo, hi;
+  int op, id, kb;       // operand (0 = A, 1 = B), its identity, k block
+  int stage;            // the full barrier whose phase makes it visible
+  int64_t phase;        // ... that phase's index (visible once full[stage] completed more phases)
+};
+
+struct Read {
+  int64_t lo, hi;
+};
+
+template <class Geo>
+class Model {
+ public:
+  static constexpr int S = Geo::kStages;
+  explicit Model(std::vector<TileSpec> tiles) : tiles_(std::move(tiles)), full_(S, 0), empty_(S, 0), expect_(S, 0), reads_(S) {}
+
+  // Runs to the end under the interleaving chosen by rng; returns "" or what went wrong.
+  std::string run(std::mt19937_64& rng) {
+    for (int steps = 0; steps < 1000000; ++steps) {
+      if (!error_.empty()) return error_;
+      std::vector<int> can;
+      if (producer_can()) can.push_back(0);
+      if (consumer_can()) can.push_back(1);
+      if (!pending_.empty()) can.push_back(2);
+      if (can.empty()) {
+        if (p_tile_ == int(tiles_.size()) && c_tile_ == int(tiles_.size())) return "";
+        return "deadlock: producer at tile " + std::to_string(p_tile_) + " kb " + std::to_string(p_kb_) +
+               ", consumers at tile " + std::to_string(c_tile_) + " kb " + std::to_string(c_kb_);
+      }
+      const int who = can[std::uniform_int_distribution<size_t>(0, can.size() - 1)(rng)];
+      if (who == 0) producer_step();
+      else if (who == 1) consumer_step();
+      else land(std::uniform_int_distribution<size_t>(0, pending_.size() - 1)(rng));
+    }
+    return "no end after 1e6 steps";
+  }
+
+ private:
+  // mbarrier.try_wait.parity(P) passes once the phase of parity P completed: completed & 1 != P.
+  static bool passes(int64_t completed, uint32_t parity) { return (completed & 1) != int64_t(parity); }
+
+  int64_t a_lo(int i) const { return int64_t(i) * Geo::kStageBytesA; }
+  int64_t b_lo(int j) const { return int64_t(S) * Geo::kStageBytesA + int64_t(j) * Geo::kStageBytesB; }
+
+  // --- producer (warp 0 lane 0) ---
+  bool producer_can() {
+    if (p_tile_ == int(tiles_.size())) return false;
+    if (!p_started_) return true;
+    if (p_drain_) {
+      for (int s = 0; s < S; ++s)
+        if (!passes(empty_[s], pw_.next_parity(s) ^ 1u)) return false;
+      return true;
+    }
+    if (p_kb_ == tiles_[p_tile_].num_kb) return true;  // tile done
+    const int s = pw_.stage;
+    return passes(empty_[s], pw_.next_parity(s) ^ 1u);
+  }
+  void producer_step() {
+    const TileSpec& t = tiles_[p_tile_];
+    if (!p_started_) {
+      bool load_kept = false, drain = false;
+      p_kept_ = pw_.start_tile(t.keep, t.num_kb, t.along_n, t.group, load_kept, drain);
+      p_load_kept_ = load_kept;
+      p_drain_ = drain;
+      p_started_ = true;
+      p_kb_ = 0;
+      return;
+    }
+    if (p_drain_) {
+      p_drain_ = false;
+      return;
+    }
+    if (p_kb_ == t.num_kb) {
+      ++p_tile_;
+      p_started_ = false;
+      return;
+    }
+    const int s = pw_.stage;
+    const bool skip_a = p_kept_ == kKeepA && !p_load_kept_, skip_b = p_kept_ == kKeepB && !p_load_kept_;
+    const int64_t phase = expect_[s]++;  // arrive_and_expect_tx: this use of stage s
+    int writes = 0;
+    if (!skip_a) {
+      const int i = pw_.a_index(p_kb_, s);
+      write({a_lo(i), a_lo(i) + Geo::kStageBytesA, 0, t.a_id, p_kb_, s, phase});
+      ++writes;
+    }
+    if (!skip_b) {
+      const int j = pw_.b_index(p_kb_, s);
+      write({b_lo(j), b_lo(j) + Geo::kStageBytesB, 1, t.b_id, p_kb_, s, phase});
+      ++writes;
+    }
+    if (writes == 0) complete_full(s);  // nothing to land: the phase completes on the arrival
+    else pending_writes_[s] += writes;
+    ++p_kb_;
+    pw_.advance();
+  }
+  void write(Content c) {
+    if (c.lo < 0 || c.hi > int64_t(S) * (Geo::kStageBytesA + Geo::kStageBytesB)) {
+      error_ = "write outside the ring: [" + std::to_string(c.lo) + ", " + std::to_string(c.hi) + ")";
+      return;
+    }
+    for (int s = 0; s < S; ++s)
+      for (const Read& r : reads_[s])
+        if (r.lo < c.hi && c.lo < r.hi) {
+          error_ = "tile " + std::to_string(p_tile_) + " kb " + std::to_string(c.kb) + " overwrites bytes [" +
+                   std::to_string(c.lo) + ", " + std::to_string(c.hi) + ") that a read of stage " + std::to_string(s) +
+                   " still uses";
+          return;
+        }
+    pending_.push_back(c);
+  }
+  void land(size_t i) {
+    Content c = pending_[i];
+    pending_.erase(pending_.begin() + long(i));
+    for (size_t k = 0; k < mem_.size();)
+      if (mem_[k].lo < c.hi && c.lo < mem_[k].hi) mem_.erase(mem_.begin() + long(k));
+      else ++k;
+    mem_.push_back(c);
+    if (--pending_writes_[c.stage] == 0) complete_full(c.stage);
+  }
+  void complete_full(int s) { ++full_[s]; }
+
+  // --- consumers (both warpgroups in step; a stage is released when both are done with it) ---
+  bool consumer_can() {
+    if (c_tile_ == int(tiles_.size())) return false;
+    if (!c_started_ || c_kb_ == tiles_[c_tile_].num_kb) return true;
+    return passes(full_[cw_.stage], cw_.next_parity(cw_.stage));
+  }
+  void consumer_step() {
+    const TileSpec& t = tiles_[c_tile_];
+    if (!c_started_) {
+      bool load_kept = false, drain = false;
+      cw_.start_tile(t.keep, t.num_kb, t.along_n, t.group, load_kept, drain);
+      c_started_ = true;
+      c_kb_ = 0;
+      prev_stage_ = -1;
+      return;
+    }
+    if (c_kb_ == t.num_kb) {  // wgmma.wait_group 0, release the last stage
+      if (prev_stage_ >= 0) release(prev_stage_);
+      ++c_tile_;
+      c_started_ = false;
+      return;
+    }
+    const int s = cw_.stage;
+    const int i = cw_.a_index(c_kb_, s), j = cw_.b_index(c_kb_, s);
+    check_read(a_lo(i), a_lo(i) + Geo::kStageBytesA, 0, t.a_id);
+    check_read(b_lo(j), b_lo(j) + Geo::kStageBytesB, 1, t.b_id);
+    reads_[s].push_back({a_lo(i), a_lo(i) + Geo::kStageBytesA});
+    reads_[s].push_back({b_lo(j), b_lo(j) + Geo::kStageBytesB});
+    if (prev_stage_ >= 0) release(prev_stage_);  // after this k block's batch is issued: wait_group 1
+    prev_stage_ = s;
+    ++c_kb_;
+    cw_.advance();
+  }
+  void check_read(int64_t lo, int64_t hi, int op, int id) {
+    for (const Content& c : mem_) {
+      if (c.lo == lo && c.hi == hi) {
+        if (c.op != op || c.id != id || c.kb != c_kb_) {
+          error_ = "tile " + std::to_string(c_tile_) + " kb " + std::to_string(c_kb_) + " reads " + (op ? "B" : "A") +
+                   " at [" + std::to_string(lo) + ", " + std::to_string(hi) + ") and finds " + (c.op ? "B" : "A") +
+                   " id " + std::to_string(c.id) + " kb " + std::to_string(c.kb) + " (wants id " + std::to_string(id) + ")";
+        } else if (full_[c.stage] <= c.phase) {
+          error_ = "tile " + std::to_string(c_tile_) + " kb " + std::to_string(c_kb_) +
+                   " reads bytes whose TMA write no barrier it waited on covers";
+        }
+        return;
+      }
+    }
+    error_ = "tile " + std::to_string(c_tile_) + " kb " + std::to_string(c_kb_) + " reads " + (op ? "B" : "A") +
+             " at [" + std::to_string(lo) + ", " + std::to_string(hi) + "): nothing landed there";
+  }
+  void release(int s) {
+    reads_[s].clear();
+    ++empty_[s];
+  }
+
+  std::vector<TileSpec> tiles_;
+  std::vector<int64_t> full_, empty_, expect_;
+  std::vector<int> pending_writes_ = std::vector<int>(S, 0);
+  std::vector<std::vector<Read>> reads_;
+  std::vector<Content> pending_, mem_;
+  std::string error_;
+  StageWalk<Geo> pw_, cw_;
+  int p_tile_ = 0, p_kb_ = 0, p_kept_ = kKeepNone;
+  bool p_started_ = false, p_load_kept_ = false, p_drain_ = false;
+  int c_tile_ = 0, c_kb_ = 0, prev_stage_ = -1;
+  bool c_started_ = false;
+};
+
+// A random run: down M (B shared within a group, A per tile) or along N (A shared, B per tile).
+std::vector<TileSpec> random_run(std::mt19937_64& rng, int stages) {
+  std::uniform_int_distribution<int> pick(0, 99);
+  const int count = 1 + pick(rng) % 8;
+  const bool along_n = pick(rng) < 40;
+  // K blocks near one ring, where the modes change: 0 (an empty grouped-K group), S - 1 .. S + 2.
+  auto kb_of = [&] {
+    const int r = pick(rng);
+    return r < 5 ? 0 : r < 15 ? 1 : stages - 1 + (r % 4);
+  };
+  std::vector<TileSpec> tiles;
+  int group = 0, id = 1;
+  int num_kb = kb_of();
+  int a_id = id++, b_id = id++;
+  for (int i = 0; i < count; ++i) {
+    if (!along_n && i > 0 && pick(rng) < 30) {  // the next group: new B, new K
+      ++group;
+      b_id = id++;
+      num_kb = kb_of();
+    }
+    TileSpec t{num_kb, along_n, along_n ? 0 : group, pick(rng) < 90, 0, 0};
+    t.a_id = along_n ? a_id : id++;
+    t.b_id = along_n ? id++ : b_id;
+    tiles.push_back(t);
+  }
+  return tiles;
+}
+
+template <class Geo>
+void check_geometry_random_runs(const char* name, int runs) {
+  std::mt19937_64 rng(0x5eed0000u + Geo::kStages * 131 + Geo::kStageBytesB);
+  int partial = 0;
+  for (int r = 0; r < runs; ++r) {
+    std::vector<TileSpec> tiles = random_run(rng, Geo::kStages);
+    for (const TileSpec& t : tiles) partial += t.keep && t.num_kb == Geo::kStages + 1;
+    for (int order = 0; order < 4; ++order) {
+      Model<Geo> m(tiles);
+      const std::string err = m.run(rng);
+      ASSERT_EQ(err, "") << name << ", run " << r << " (" << tiles.size() << " tiles, "
+                         << (tiles[0].along_n ? "along N" : "down M") << ", first tile " << tiles[0].num_kb << " k blocks)";
+    }
+  }
+  EXPECT_GT(partial, runs / 4) << name << ": the runs should often hold S + 1 k blocks";
+}
+
+TEST(StageWalk, RandomRunsNeverOverwriteNorDeadlock128x256) {
+  check_geometry_random_runs<RingGeometry<128, 256, 64, 4>>("128x256, 4 stages", 3000);
+}
+TEST(StageWalk, RandomRunsNeverOverwriteNorDeadlock128x128) {
+  check_geometry_random_runs<RingGeometry<128, 128, 64, 6>>("128x128, 6 stages", 2000);
+}
+TEST(StageWalk, RandomRunsNeverOverwriteNorDeadlock128x64) {
+  check_geometry_random_runs<RingGeometry<128, 64, 64, 8>>("128x64, 8 stages", 2000);
+}
+TEST(StageWalk, RandomRunsWithoutPartialKeep) {  // the merged-tail tile's geometry
+  check_geometry_random_runs<RingGeometry<128, 256, 64, 4, false>>("128x256 without the partial keep", 1000);
+}
+
+// The extra k block's areas: the kept operand's S + 1 blocks and the shorter ring's areas of the
+// other operand are disjoint and inside the ring, for both operands kept.
+template <class Geo>
+void check_layout(const char* name) {
+  constexpr int S = Geo::kStages;
+  const int64_t ab = Geo::kStageBytesA, bb = Geo::kStageBytesB, total = S * (ab + bb);
+  for (int kept : {kKeepA, kKeepB}) {
+    StageWalk<Geo> w;
+    bool load_kept, drain;
+    ASSERT_EQ(w.start_tile(true, S + 1, kept == kKeepA, 0, load_kept, drain), kept) << name;
+    EXPECT_TRUE(load_kept && drain) << name;
+    EXPECT_EQ(w.ring, kept == kKeepA ? Geo::kRingKeepA : Geo::kRingKeepB) << name;
+    std::vector<std::pair<int64_t, int64_t>> used;
+    for (int kb = 0; kb <= S; ++kb) {
+      const int64_t lo = kept == kKeepA ? w.a_index(kb, 0) * ab : S * ab + w.b_index(kb, 0) * bb;
+      used.push_back({lo, lo + (kept == kKeepA ? ab : bb)});
+    }
+    for (int s = 0; s < w.ring; ++s) {
+      const int64_t lo = kept == kKeepA ? S * ab + w.b_index(0, s) * bb : w.a_index(0, s) * ab;
+      used.push_back({lo, lo + (kept == kKeepA ? bb : ab)});
+    }
+    for (size_t x = 0; x < used.size(); ++x) {
+      EXPECT_TRUE(used[x].first >= 0 && used[x].second <= total) << name << ": area " << x << " outside the ring";
+      for (size_t y = x + 1; y < used.size(); ++y)
+        EXPECT_FALSE(used[x].first < used[y].second && used[y].first < used[x].second)
+            << name << (kept == kKeepA ? ", A kept" : ", B kept") << ": areas " << x << " and " << y << " overlap";
+    }
+  }
+}
+
+TEST(StageWalk, ExtraBlockAreasAreDisjoint) {
+  check_layout<RingGeometry<128, 256, 64, 4>>("128x256");
+  check_layout<RingGeometry<128, 128, 64, 6>>("128x128");
+  check_layout<RingGeometry<128, 64, 64, 8>>("128x64");
+  // Without the partial keep, S + 1 k blocks keep nothing.
+  StageWalk<RingGeometry<128, 256, 64, 4, false>> w;
+  bool load_kept, drain;
+  EXPECT_EQ(w.start_tile(true, 5, false, 0, load_kept, drain), kKeepNone);
+  EXPECT_EQ(w.ring, 4);
+}
+
+}  // namespace
