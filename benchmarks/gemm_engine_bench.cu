@@ -127,7 +127,8 @@ struct Row {
   std::string rt_dense_raster;
   double rt_merged_ms = 0;           // grouped: kosmos::Gemm with GemmOptions::merge_tails
   std::string rt_merged_raster;      // its claim order (says whether tails merged: B [K, N] only)
-  bool rt_merged_equal = false;      // its C bit for bit the default plan's
+  bool rt_merged_equal = false;      // its C bit for bit the plan with separate tiles
+  bool rt_default_merges = false;    // GemmOptions default (GemmMergeTails::kAuto) plans the merged one
   std::string ref_name, ref2_name, shape;
   double err;
   double pair_ms = 0;       // --pair-b: the engine in 2-CTA clusters sharing B
@@ -560,7 +561,11 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     }
     return out;
   };
-  const std::vector<std::unique_ptr<kosmos::Gemm>> plans = plan_sets("grouped", [](kosmos::GemmArguments&) {});
+  // Tails in tiles of their own (GemmMergeTails::kOff), and merged (kOn) below; the default (kAuto)
+  // picks one of the two by K.
+  kosmos::GemmOptions separate;
+  separate.merge_tails = kosmos::GemmMergeTails::kOff;
+  const std::vector<std::unique_ptr<kosmos::Gemm>> plans = plan_sets("grouped", [](kosmos::GemmArguments&) {}, separate);
   CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
   CK(cudaDeviceSynchronize());
   if (!plans[0]->run().is_ok() || !plans[0]->finish().is_ok()) {
@@ -570,11 +575,12 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   r.err = std::max(r.err, rel_diff(*C[0], Cref, c_el));
   r.rt_raster = plans[0]->raster();
   // The same with merged tails (GemmOptions::merge_tails; B [K, N] only, the op kernel's merging
-  // variant): its C must equal the default plan's bit for bit.
+  // variant): its C must equal the separate tiles' bit for bit.
   kosmos::GemmOptions merge;
-  merge.merge_tails = true;
+  merge.merge_tails = kosmos::GemmMergeTails::kOn;
   const std::vector<std::unique_ptr<kosmos::Gemm>> merged = plan_sets("grouped, tails merged", [](kosmos::GemmArguments&) {}, merge);
   r.rt_merged_raster = merged[0]->raster();
+  r.rt_default_merges = plan_sets("grouped, default", [](kosmos::GemmArguments&) {})[0]->raster().find("merged") != std::string::npos;
   {
     Buf plain_c(c_el * 2);
     CK(cudaMemcpy(plain_c.p, C[0]->p, c_el * 2, cudaMemcpyDeviceToDevice));
@@ -697,14 +703,15 @@ int main(int argc, char** argv) {
                 ours / ref, ref2, ref2 > 0 ? ours / ref2 : 0.0, r.err);
     if (r.rt_ms > 0) {
       const double rt = r.flops / r.rt_ms * 1e-9;
-      std::printf("%-40s %-12s %9.1f %9.1f %7.3f %9.1f %7.3f   (%s)\n", "  as kosmos::Gemm (runtime)", "", rt, ref, rt / ref, ref2,
+      std::printf("%-40s %-12s %9.1f %9.1f %7.3f %9.1f %7.3f   (%s)\n", "  as kosmos::Gemm, separate tiles", "", rt, ref, rt / ref, ref2,
                   ref2 > 0 ? rt / ref2 : 0.0, r.rt_raster.c_str());
     }
     if (r.rt_merged_ms > 0) {
       const double rm = r.flops / r.rt_merged_ms * 1e-9;
-      std::printf("%-40s %-12s %9.1f %9.1f %7.3f %9.1f %7.3f   (merged / default: %.3f; C bit for bit equal: %s; %s)\n",
-                  "  kosmos::Gemm, merge_tails", "", rm, ref, rm / ref, ref2, ref2 > 0 ? rm / ref2 : 0.0,
+      std::printf("%-40s %-12s %9.1f %9.1f %7.3f %9.1f %7.3f   (merged / separate: %.3f; C bit for bit equal: %s; %s)\n",
+                  "  kosmos::Gemm, merge_tails on", "", rm, ref, rm / ref, ref2, ref2 > 0 ? rm / ref2 : 0.0,
                   r.rt_ms / r.rt_merged_ms, r.rt_merged_equal ? "yes" : "NO", r.rt_merged_raster.c_str());
+      std::printf("  kosmos::Gemm's default (merge_tails auto) plans %s\n", r.rt_default_merges ? "the merged tails" : "separate tiles");
     }
     if (r.rt_dense_ms > 0) {
       const double rd = r.flops / r.rt_dense_ms * 1e-9;
@@ -755,8 +762,9 @@ int main(int argc, char** argv) {
         std::fprintf(f, ", \"runtime_tflops\": %.2f, \"runtime_ms\": %.4f, \"runtime_raster\": \"%s\"", r.flops / r.rt_ms * 1e-9,
                      r.rt_ms, r.rt_raster.c_str());
       if (r.rt_merged_ms > 0)
-        std::fprintf(f, ", \"runtime_merged_tflops\": %.2f, \"runtime_merged_ms\": %.4f, \"runtime_merged_bitwise_equal\": %s, \"runtime_merged_raster\": \"%s\"",
-                     r.flops / r.rt_merged_ms * 1e-9, r.rt_merged_ms, r.rt_merged_equal ? "true" : "false", r.rt_merged_raster.c_str());
+        std::fprintf(f, ", \"runtime_merged_tflops\": %.2f, \"runtime_merged_ms\": %.4f, \"runtime_merged_bitwise_equal\": %s, \"runtime_merged_raster\": \"%s\", \"runtime_default_merges\": %s",
+                     r.flops / r.rt_merged_ms * 1e-9, r.rt_merged_ms, r.rt_merged_equal ? "true" : "false", r.rt_merged_raster.c_str(),
+                     r.rt_default_merges ? "true" : "false");
       if (r.rt_dense_ms > 0)
         std::fprintf(f, ", \"runtime_dense_tflops\": %.2f, \"runtime_dense_raster\": \"%s\"", r.flops / r.rt_dense_ms * 1e-9,
                      r.rt_dense_raster.c_str());

@@ -55,17 +55,21 @@ struct GemmClaimOrder {
   int group = 1;         // runs claimed together, other-dimension-major
 };
 
+// Grouped over M (A row-major, B [K, N], no accumulate) on 128 x 256 tiles: a group's short last row
+// block (at most 32 rows) can be computed by the tile of the block before it instead of a tile of its
+// own (docs/design/gemm.md, "Merged tails"). Results are the same bit for bit either way; the
+// merged tile's extra wgmmas run in every k block, so it pays at short K only. kAuto merges where
+// K <= kGemmMergeTailsMaxK: measured on the H100 (issue 3's grouped case and the MoE forward's
+// GEMMs), merging was 2-4 % faster at K = 1536, 2048 and 4096 and 4-7 % slower at K = 7168.
+enum class GemmMergeTails { kAuto, kOn, kOff };
+inline constexpr int64_t kGemmMergeTailsMaxK = 4096;
+
 struct GemmOptions {
   double watchdog_seconds = 10.0;
   bool trace = false;
   bool cpu = false;  // run on the CPU executor (pointers must then be host memory)
   GemmClaimOrder claim_order;
-  // Grouped over M (A row-major, B [K, N], no accumulate) on 128 x 256 tiles: a group's short last row
-  // block (at most 32 rows) is computed by the tile of the block before it instead of a tile of its
-  // own (docs/design/gemm.md, "Merged tails"). Results are the same bit for bit either way. Off by
-  // default: on issue 3's grouped case (H100) it was 4 % slower at K = 7168 and 2 % faster at
-  // K = 2048; it pays where many groups end in a few rows (the MoE forward merges by default).
-  bool merge_tails = false;
+  GemmMergeTails merge_tails = GemmMergeTails::kAuto;  // where the problem admits it (above)
 };
 
 class Gemm {

@@ -28,7 +28,7 @@ struct Gemm::Impl {
   uint32_t run = 1;
   std::string raster;
   int num_sms = 132;
-  bool merge_tails = false;  // planned with merged tails (GemmOptions::merge_tails, where they apply)
+  bool merge_tails = false;  // planned with merged tails (GemmOptions::merge_tails, where the problem admits them)
 };
 
 Gemm::~Gemm() = default;
@@ -44,7 +44,9 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   // Merged tails where make_gemm_params admits them for the tile shape just chosen (it names what
   // merging needs; a problem it rejects plans without). KOSMOS_GEMM_MERGE_TAILS=0 leaves the
   // layout flag off: then the plan does not merge either.
-  if (options.merge_tails) {
+  const bool want_merge = options.merge_tails == GemmMergeTails::kOn ||
+                          (options.merge_tails == GemmMergeTails::kAuto && args.k <= kGemmMergeTailsMaxK);
+  if (want_merge) {
     kernels::gemm::GemmDesc m = d;
     m.tile_shape = impl->shape.tile_shape;
     m.merge_tails = true;

@@ -455,9 +455,10 @@ TEST(GemmEngineGpu, KeptOperandsEqualRingLoads) {
     grouped.along_n = along_n;
     cases.push_back(grouped);
   }
-  // One k block past the ring (stage_walk.h): the kept operand's last block in the other operand's
-  // areas, which then streams through fewer stages. Every tile shape, both operands kept, K tails
-  // inside the extra block, all four layouts, and a grouped run across groups of 1..320 rows.
+  // Runs around one ring of k blocks (stage_walk.h): up to one ring keeps, one block past it keeps
+  // nothing (the twenty-fifth session's partial keep ran these cases, then was removed as slower).
+  // Every tile shape, K tails past the ring, all four layouts, and a grouped run across groups of
+  // 1..700 rows, so that the mode changes mid-run.
   struct Extra {
     GemmTileShape shape;
     int64_t k;

@@ -185,7 +185,7 @@ TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
     std::vector<uint16_t> c[2];
     for (int merge = 0; merge < 2; ++merge) {
       GemmOptions o;
-      o.merge_tails = merge != 0;
+      o.merge_tails = merge != 0 ? GemmMergeTails::kOn : GemmMergeTails::kOff;
       std::unique_ptr<Gemm> plan;
       Status s = Gemm::plan(g, o, &plan);
       ASSERT_TRUE(s.is_ok()) << s.to_string();

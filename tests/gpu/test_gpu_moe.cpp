@@ -187,11 +187,10 @@ TEST(GpuMoeBackwardLarge, WideTilesManyExperts) {
   run_moe_backward(1, 256, 2048, 1024, 32, 8, Routing::kSkewed);
 }
 
-// Weight-gradient tiles of one k block past the ring (stage_walk.h: the kept operand's last block
-// in the streaming operand's areas, a shorter ring): experts of ~300 rows (K = 257..320: five k
-// blocks at 128 x 256, four stages), ~400 rows at 128 x 128 (seven blocks, six stages) and ~540 at
-// 128 x 64 (nine, eight); dDown keeps A (runs along N), dGateUp keeps B (runs down M). Uniform
-// routing spreads the experts over one ring, one past it and two past it (kept, partly kept, not).
+// Weight-gradient runs around one ring of k blocks (stage_walk.h): experts of ~300 rows (K =
+// 257..320: five k blocks at 128 x 256, four stages), ~400 rows at 128 x 128 (seven blocks, six
+// stages) and ~540 at 128 x 64 (nine, eight); dDown keeps A (runs along N), dGateUp keeps B (runs
+// down M) where the rows fit one ring. Uniform routing puts experts on both sides of the boundary.
 TEST(GpuMoeBackwardLarge, WeightGradientTilesOneBlockPastTheRing) {
   SKIP_WITHOUT_GPU();
   run_moe_backward(1, 300, 512, 256, 8, 8, Routing::kUniform, 0, 0, 256);

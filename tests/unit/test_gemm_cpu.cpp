@@ -163,7 +163,8 @@ TEST(GemmCpu, GroupedWithEmptyGroupsAndDeviceStyleCounts) {
 
 // kosmos::Gemm merges short last blocks of grouped problems with B [K, N] on 128 x 256 tiles when
 // asked (GemmOptions::merge_tails): C bit for bit that of the plan without, tails of 1, 32 and 33
-// rows; not with B [N, K] or accumulate (the plan says which in raster()).
+// rows; not with B [N, K] or accumulate (the plan says which in raster()). The default (kAuto)
+// merges up to K = kGemmMergeTailsMaxK.
 TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
   std::vector<int> gm, off;
   const int64_t rows = merged_tail_groups(8, &gm, &off);
@@ -191,7 +192,7 @@ TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
       g.c = c[merge].data();
       GemmOptions o;
       o.cpu = true;
-      o.merge_tails = merge != 0;
+      o.merge_tails = merge != 0 ? GemmMergeTails::kOn : GemmMergeTails::kOff;
       std::unique_ptr<Gemm> plan;
       ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
       EXPECT_EQ(plan->tile_n(), 256);
@@ -200,14 +201,26 @@ TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
     }
     EXPECT_TRUE(c[0] == c[1]) << "C differs with merged tails";
     for (size_t i = 0; i < c[1].size(); ++i) ASSERT_NE(c[1][i], 0x7FC1) << "element " << i << " not written";
-    // Accumulate (C += ...) does not merge; nor does the default.
+    // The default merges at this K (64), and not past kGemmMergeTailsMaxK (planned only).
     GemmOptions o;
     o.cpu = true;
     std::unique_ptr<Gemm> plan_default;
     ASSERT_TRUE(Gemm::plan(g, o, &plan_default).is_ok());
+    EXPECT_EQ(plan_default->raster().find("tails of <= 32 rows merged") != std::string::npos, !b_t) << plan_default->raster();
+    GemmArguments long_k = g;
+    long_k.k = kGemmMergeTailsMaxK + 64;
+    long_k.lda = long_k.k;
+    long_k.ldb = b_t ? long_k.k : n;
+    ASSERT_TRUE(Gemm::plan(long_k, o, &plan_default).is_ok());
     EXPECT_EQ(plan_default->raster().find("tails of <= 32 rows merged"), std::string::npos) << plan_default->raster();
+    long_k.k = kGemmMergeTailsMaxK;
+    long_k.lda = long_k.k;
+    long_k.ldb = b_t ? long_k.k : n;
+    ASSERT_TRUE(Gemm::plan(long_k, o, &plan_default).is_ok());
+    EXPECT_EQ(plan_default->raster().find("tails of <= 32 rows merged") != std::string::npos, !b_t) << plan_default->raster();
+    // Accumulate (C += ...) does not merge, even when asked.
     g.epilogue = kEpilogueAccumulate;
-    o.merge_tails = true;
+    o.merge_tails = GemmMergeTails::kOn;
     std::unique_ptr<Gemm> plan;
     ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
     EXPECT_EQ(plan->raster().find("tails of <= 32 rows merged"), std::string::npos) << plan->raster();

@@ -6,7 +6,9 @@
 // k block's batch is issued, or at the tile's end). Random interleavings of the three, over random
 // runs of tiles (kept or not, K up to two blocks past one ring, groups changing mid-run, empty
 // grouped-K tiles), must never deadlock, never write bytes a read in flight still uses, and every
-// read must find the operand block it expects, landed.
+// read must find the operand block it expects, landed. (The twenty-fifth session's partial keep,
+// since removed, was written against this model first; mutations of its drain, ring length and
+// stage reset each failed it.)
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -21,8 +23,15 @@ namespace {
 using kosmos::kernels::gemm::detail::kKeepA;
 using kosmos::kernels::gemm::detail::kKeepB;
 using kosmos::kernels::gemm::detail::kKeepNone;
-using kosmos::kernels::gemm::detail::RingGeometry;
 using kosmos::kernels::gemm::detail::StageWalk;
+
+// A tile shape's ring: stages and the bytes of one A / B k block (gemm_tile.cuh, TileConfig).
+template <int kBM, int kBN, int kBK, int kStages_>
+struct RingGeometry {
+  static constexpr int kStages = kStages_;
+  static constexpr int kStageBytesA = kBM * kBK * 2;
+  static constexpr int kStageBytesB = kBN * kBK * 2;
+};
 
 struct TileSpec {
   int num_kb;
@@ -217,7 +226,7 @@ class Model {
   std::vector<std::vector<Read>> reads_;
   std::vector<Content> pending_, mem_;
   std::string error_;
-  StageWalk<Geo> pw_, cw_;
+  StageWalk<Geo::kStages> pw_, cw_;
   int p_tile_ = 0, p_kb_ = 0, p_kept_ = kKeepNone;
   bool p_started_ = false, p_load_kept_ = false, p_drain_ = false;
   int c_tile_ = 0, c_kb_ = 0, prev_stage_ = -1;
@@ -255,10 +264,10 @@ std::vector<TileSpec> random_run(std::mt19937_64& rng, int stages) {
 template <class Geo>
 void check_geometry_random_runs(const char* name, int runs) {
   std::mt19937_64 rng(0x5eed0000u + Geo::kStages * 131 + Geo::kStageBytesB);
-  int partial = 0;
+  int kept_tiles = 0;
   for (int r = 0; r < runs; ++r) {
     std::vector<TileSpec> tiles = random_run(rng, Geo::kStages);
-    for (const TileSpec& t : tiles) partial += t.keep && t.num_kb == Geo::kStages + 1;
+    for (const TileSpec& t : tiles) kept_tiles += t.keep && t.num_kb > 0 && t.num_kb <= Geo::kStages;
     for (int order = 0; order < 4; ++order) {
       Model<Geo> m(tiles);
       const std::string err = m.run(rng);
@@ -266,7 +275,7 @@ void check_geometry_random_runs(const char* name, int runs) {
                          << (tiles[0].along_n ? "along N" : "down M") << ", first tile " << tiles[0].num_kb << " k blocks)";
     }
   }
-  EXPECT_GT(partial, runs / 4) << name << ": the runs should often hold S + 1 k blocks";
+  EXPECT_GT(kept_tiles, runs) << name << ": the runs should often keep an operand";
 }
 
 TEST(StageWalk, RandomRunsNeverOverwriteNorDeadlock128x256) {
@@ -278,49 +287,34 @@ TEST(StageWalk, RandomRunsNeverOverwriteNorDeadlock128x128) {
 TEST(StageWalk, RandomRunsNeverOverwriteNorDeadlock128x64) {
   check_geometry_random_runs<RingGeometry<128, 64, 64, 8>>("128x64, 8 stages", 2000);
 }
-TEST(StageWalk, RandomRunsWithoutPartialKeep) {  // the merged-tail tile's geometry
-  check_geometry_random_runs<RingGeometry<128, 256, 64, 4, false>>("128x256 without the partial keep", 1000);
-}
 
-// The extra k block's areas: the kept operand's S + 1 blocks and the shorter ring's areas of the
-// other operand are disjoint and inside the ring, for both operands kept.
-template <class Geo>
-void check_layout(const char* name) {
-  constexpr int S = Geo::kStages;
-  const int64_t ab = Geo::kStageBytesA, bb = Geo::kStageBytesB, total = S * (ab + bb);
-  for (int kept : {kKeepA, kKeepB}) {
-    StageWalk<Geo> w;
-    bool load_kept, drain;
-    ASSERT_EQ(w.start_tile(true, S + 1, kept == kKeepA, 0, load_kept, drain), kept) << name;
-    EXPECT_TRUE(load_kept && drain) << name;
-    EXPECT_EQ(w.ring, kept == kKeepA ? Geo::kRingKeepA : Geo::kRingKeepB) << name;
-    std::vector<std::pair<int64_t, int64_t>> used;
-    for (int kb = 0; kb <= S; ++kb) {
-      const int64_t lo = kept == kKeepA ? w.a_index(kb, 0) * ab : S * ab + w.b_index(kb, 0) * bb;
-      used.push_back({lo, lo + (kept == kKeepA ? ab : bb)});
-    }
-    for (int s = 0; s < w.ring; ++s) {
-      const int64_t lo = kept == kKeepA ? S * ab + w.b_index(0, s) * bb : w.a_index(0, s) * ab;
-      used.push_back({lo, lo + (kept == kKeepA ? bb : ab)});
-    }
-    for (size_t x = 0; x < used.size(); ++x) {
-      EXPECT_TRUE(used[x].first >= 0 && used[x].second <= total) << name << ": area " << x << " outside the ring";
-      for (size_t y = x + 1; y < used.size(); ++y)
-        EXPECT_FALSE(used[x].first < used[y].second && used[y].first < used[x].second)
-            << name << (kept == kKeepA ? ", A kept" : ", B kept") << ": areas " << x << " and " << y << " overlap";
-    }
-  }
-}
-
-TEST(StageWalk, ExtraBlockAreasAreDisjoint) {
-  check_layout<RingGeometry<128, 256, 64, 4>>("128x256");
-  check_layout<RingGeometry<128, 128, 64, 6>>("128x128");
-  check_layout<RingGeometry<128, 64, 64, 8>>("128x64");
-  // Without the partial keep, S + 1 k blocks keep nothing.
-  StageWalk<RingGeometry<128, 256, 64, 4, false>> w;
+// The modes: up to one ring of k blocks keeps the shared operand (A along N, B down M), loading it
+// with the first tile only; more k blocks, an empty tile or keep off keep nothing; a new group's B
+// is loaded again, after a drain.
+TEST(StageWalk, ModesOfARun) {
+  StageWalk<4> w;
   bool load_kept, drain;
-  EXPECT_EQ(w.start_tile(true, 5, false, 0, load_kept, drain), kKeepNone);
-  EXPECT_EQ(w.ring, 4);
+  EXPECT_EQ(w.start_tile(true, 4, false, 0, load_kept, drain), kKeepB);
+  EXPECT_TRUE(load_kept && drain);
+  EXPECT_EQ(w.b_index(3, 1), 3);
+  EXPECT_EQ(w.a_index(3, 1), 1);
+  EXPECT_EQ(w.start_tile(true, 4, false, 0, load_kept, drain), kKeepB);
+  EXPECT_FALSE(load_kept || drain);
+  EXPECT_EQ(w.start_tile(true, 3, false, 1, load_kept, drain), kKeepB);  // the next group's B
+  EXPECT_TRUE(load_kept && drain);
+  EXPECT_EQ(w.start_tile(true, 5, false, 2, load_kept, drain), kKeepNone);  // one block past the ring
+  EXPECT_TRUE(drain);
+  EXPECT_FALSE(load_kept);
+  EXPECT_EQ(w.start_tile(true, 5, false, 2, load_kept, drain), kKeepNone);
+  EXPECT_FALSE(load_kept || drain);
+  EXPECT_EQ(w.start_tile(true, 2, true, 0, load_kept, drain), kKeepA);
+  EXPECT_TRUE(load_kept && drain);
+  EXPECT_EQ(w.a_index(1, 3), 1);
+  EXPECT_EQ(w.b_index(1, 3), 3);
+  EXPECT_EQ(w.start_tile(true, 0, true, 0, load_kept, drain), kKeepNone);  // empty grouped-K tile
+  EXPECT_TRUE(drain);
+  EXPECT_EQ(w.start_tile(false, 2, true, 0, load_kept, drain), kKeepNone);
+  EXPECT_FALSE(load_kept || drain);
 }
 
 }  // namespace

@@ -37,10 +37,9 @@
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. With kGemmKeepOperands a tile of at most one ring of
-// k blocks, or one more, may read its run's shared operand from the stage areas an earlier tile
-// loaded it into (StageWalk, stage_walk.h: the producer loads only the other operand, through a
-// shorter ring when the extra k block takes some of its areas, and drains the ring before the
-// resident areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
+// k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
+// (StageWalk, stage_walk.h: the producer loads only the other operand, and drains the ring before the resident
+// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
 // warp's lane 0 waits before the call returns until its TMA stores have read the staging and,
 // when the hook's outputs_awaited() says another task waits for this one's outputs, until they are
 // written (wait_group 0, then fence.proxy.async.global), so the runtime's release of the task's
@@ -138,8 +137,6 @@ struct TileConfig {
   // time in gemm_tile_impl); with two staging buffers the 1 KB of slack no longer fits beside the
   // runtime's static shared memory.
   static constexpr int kSmemBytes = kRingBytes + kEpiBuffers * kEpiStageBytes + 2 * kStages * 8;
-  // The ring's areas as StageWalk indexes them (no partial keep beside a merged tail's areas).
-  using Ring = RingGeometry<kBM, kBN, kBK, kStages, kTail == 0>;
 };
 using Config128x256 = TileConfig<256, 4>;
 using Config128x128 = TileConfig<128, 6>;
@@ -662,7 +659,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp_idx == 0) {
       const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
-      StageWalk<typename Cfg::Ring> walk;
+      StageWalk<kStages> walk;
       for (int i = 0; i < count; ++i) {
         const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
@@ -676,7 +673,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
           }
           for (int kb = 0; kb < t.num_kb; ++kb) {
             const int stage = walk.stage;
-            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.next_parity(stage) ^ 1);
+            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
             if (kb == 0) KOSMOS_GEMM_MARK(1, 4);
             if (kb == t.num_kb - 1) KOSMOS_GEMM_MARK(1, 5);
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
@@ -765,11 +762,11 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     Tensor acc_t = partition_fragment_C(mma_t, Shape<Int<kBN>, typename Tr::TN>{});  // (n, tail row)
     const bool signal_thread = (ct % 128) == 0;
 
-    StageWalk<typename Cfg::Ring> walk;
+    StageWalk<kStages> walk;
     for (int i = 0; i < count; ++i) {
       const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
-      bool load_kept, drain;  // the producer's business; the consumers only need the mode and the areas
+      bool load_kept, drain;  // the producer's business; the consumers only need the mode
       walk.start_tile(keep_allowed(t), t.num_kb, along_n, keep_group(t), load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
@@ -798,7 +795,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       auto k_loop = [&](auto with_tail) {
         for (int kb = 0; kb < num_kb; ++kb) {
           const int stage = walk.stage;
-          cutlass::arch::ClusterBarrier::wait(&full[stage], walk.next_parity(stage));
+          cutlass::arch::ClusterBarrier::wait(&full[stage], walk.phase);
           const int a_idx = walk.a_index(kb, stage), b_idx = walk.b_index(kb, stage);
           if (kb == 0 && ct == 0) KOSMOS_GEMM_MARK(0, 1);
           warpgroup_arrive();
