@@ -14,6 +14,7 @@
 // --pair-b (experiment, NT dense shapes with 128x256 tiles and an even number of m runs): also times
 // the standalone engine in 2-CTA clusters whose pair shares each B tile (multicast, one load per
 // pair; gemm_tile_pair_b), checks its C equals the plain engine's bit for bit, and prints the ratio.
+// --uniform-groups: the grouped cases with 32 experts of 768 rows each (no skew, no partial block).
 // --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
 // choose_run_length: minimise ceil(tasks / SMs) * run over run <= 16, longer runs on ties).
 #include <cublasLt.h>
@@ -422,8 +423,13 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
 
 // Skewed per-expert rows: 32 local experts, ~24.6k routed rows (top-8 of 4096 tokens on 8 ranks'
 // worth of traffic), Zipf-like weights, 3 experts empty. Deterministic.
+// --uniform-groups: every expert 768 rows (24,576 in all, no partial row block): the grouped cost
+// apart from the skew and the tails, against the dense 768 x 131072 x K problem of the same reuse.
+bool g_uniform_groups = false;
+
 std::vector<int> expert_rows() {
   const int G = 32, total = 24588;
+  if (g_uniform_groups) return std::vector<int>(G, 768);
   std::mt19937 rng(1234);
   std::vector<double> w(G);
   for (int g = 0; g < G; ++g) w[g] = 1.0 / std::pow(g + 1.0, 0.7);
@@ -456,7 +462,8 @@ bool dump_groups(const std::string& path) {
   int total = 0, empty = 0;
   for (int m : gm) total += m, empty += m == 0;
   std::fprintf(f, "{\n  \"source\": \"benchmarks/gemm_engine_bench.cu expert_rows()\",\n");
-  std::fprintf(f, "  \"description\": \"32 local experts of the DeepSeek-V3 proxy, skewed per-expert rows, some empty\",\n");
+  std::fprintf(f, "  \"description\": \"32 local experts of the DeepSeek-V3 proxy, %s\",\n",
+               g_uniform_groups ? "768 rows each (--uniform-groups)" : "skewed per-expert rows, some empty");
   std::fprintf(f, "  \"num_groups\": %zu,\n  \"total_rows\": %d,\n  \"empty_groups\": %d,\n  \"group_m\": [", gm.size(), total, empty);
   for (size_t g = 0; g < gm.size(); ++g) std::fprintf(f, "%s%d", g ? ", " : "", gm[g]);
   std::fprintf(f, "],\n  \"cases\": [\n");
@@ -631,7 +638,7 @@ constexpr const char* kUsage =
     "cuBLAS GEMM of the same rows). Needs a GPU (except --dump-groups PATH --dump-only).\n"
     "  gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64]\n"
     "                    [--layout nt|nn] [--dense-only|--grouped-only] [--shapes MxNxK[,MxNxK...]]\n"
-    "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R]\n";
+    "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R] [--uniform-groups]\n";
 
 int main(int argc, char** argv) {
   Options o;
@@ -656,6 +663,7 @@ int main(int argc, char** argv) {
     else if (a == "--dump-groups") o.dump_groups = next();
     else if (a == "--dump-only") o.dump_only = true;
     else if (a == "--pair-b") o.pair_b = true;
+    else if (a == "--uniform-groups") g_uniform_groups = true;
     else if (a == "--raster-sweep") o.sweep_reps = std::max(1, std::atoi(next().c_str()));
     else if (a == "--shapes") {
       std::string bad;
