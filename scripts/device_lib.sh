@@ -1,0 +1,43 @@
+#!/bin/bash
+# Shared pieces of the one-off device-call scripts (scripts/call*.sh), sourced by them:
+#   . "$(dirname "$0")/device_lib.sh"
+# device_start     -- the call's clock (el prints the seconds since), the card in $OUT/gpu.txt, and
+#                     $g = h200 or h100 for result names.
+# moe_final_form V TAG
+#                  -- with variant V's kosmos (scripts/variants.sh): the MoE forward against the
+#                     cuBLAS grouped pipeline on the four issue shapes (Qwen3-235B / DeepSeek-V3
+#                     proxies, T = 4096 / 128), then the saved backward against torch autograd on the
+#                     same routing (T = 4096); $OUT/fwd.tgz and $OUT/bwd.tgz, JSON named
+#                     moe-*-$g-TAG.json.
+set -u
+
+device_start() {
+  start=$(date +%s)
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+  g=$(grep -q H200 $OUT/gpu.txt && echo h200 || echo h100)
+}
+el() { echo "($(($(date +%s) - start)) s)"; }
+
+moe_final_form() {
+  local variant=$1 tag=$2 K m t f b
+  K=$(scripts/variants.sh unpack "$variant" kosmos) || return 1
+  mkdir -p $OUT/fwd $OUT/bwd
+  for m in qwen3-235b deepseek-v3; do
+    for t in 4096 128; do
+      f=$OUT/fwd/moe-$m-t$t-w1-$g-$tag
+      timeout 60 "$K" bench moe --model $m --tokens $t --json $f.json > $f.txt 2>&1
+      echo "$m T=$t rc=$? $(grep -E '^  (fused|unfused: cub)' $f.txt | tr -s ' ' | tr '\n' ';') $(el)"
+    done
+  done
+  for m in qwen3-235b deepseek-v3; do
+    b=$OUT/bwd/moe-bwd-$m-t4096-w1-$g-$tag
+    timeout 60 "$K" bench moe --model $m --tokens 4096 --backward --save-activations --dump-routing $OUT/bwd/routing-$m.json \
+      --json $b.json > $b.txt 2>&1
+    echo "$m bwd rc=$? $(grep -E '^  (un)?fused( backward)? \(|training step' $b.txt | tr -s ' ' | tr '\n' ';') $(el)"
+    timeout 90 python3 bench/torch_baselines.py moe --backward --routing $OUT/bwd/routing-$m.json \
+      --json $OUT/bwd/torch-moe-bwd-$m-t4096-$g-$tag.json > $OUT/bwd/torch-$m.txt 2>&1
+    echo "$m torch rc=$? $(grep -iE 'backward|step' $OUT/bwd/torch-$m.txt | tr '\n' ';') $(el)"
+  done
+  rm -f $OUT/bwd/routing-*.json
+  tar czf $OUT/fwd.tgz -C $OUT fwd && tar czf $OUT/bwd.tgz -C $OUT bwd && rm -rf $OUT/fwd $OUT/bwd
+}
