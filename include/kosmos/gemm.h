@@ -60,7 +60,7 @@ struct GemmClaimOrder {
 // own (docs/design/gemm.md, "Merged tails"). Results are the same bit for bit either way; the
 // merged tile's extra wgmmas run in every k block, so it pays at short K only. kAuto merges where
 // K <= kGemmMergeTailsMaxK: measured on the H100 (issue 3's grouped case and the MoE forward's
-// GEMMs), merging was 2-4 % faster at K = 1536, 2048 and 4096 and 4-7 % slower at K = 7168.
+// GEMMs), merging was 2-8 % faster at K = 1536, 2048 and 4096 and 4-7 % slower at K = 7168.
 enum class GemmMergeTails { kAuto, kOn, kOff };
 inline constexpr int64_t kGemmMergeTailsMaxK = 4096;
 

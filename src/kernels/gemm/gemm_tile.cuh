@@ -38,8 +38,8 @@
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
 // thread per warpgroup arrives on empty[s]. With kGemmKeepOperands a tile of at most one ring of
 // k blocks may read its run's shared operand from the stage areas an earlier tile loaded it into
-// (StageWalk, stage_walk.h: the producer loads only the other operand, and drains the ring before the resident
-// areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
+// (StageWalk, stage_walk.h: the producer loads only the other operand, and drains the ring before
+// the resident areas change). Every TMA load issued in a call is consumed in the same call. Each consumer
 // warp's lane 0 waits before the call returns until its TMA stores have read the staging and,
 // when the hook's outputs_awaited() says another task waits for this one's outputs, until they are
 // written (wait_group 0, then fence.proxy.async.global), so the runtime's release of the task's
@@ -766,7 +766,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     for (int i = 0; i < count; ++i) {
       const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
-      bool load_kept, drain;  // the producer's business; the consumers only need the mode
+      bool load_kept, drain;  // the producer's business; the consumers need the walk's areas
       walk.start_tile(keep_allowed(t), t.num_kb, along_n, keep_group(t), load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
