@@ -1,6 +1,6 @@
 #!/bin/bash
 # The twenty-fifth session's third device call: final25 (the partial keep removed; StageWalk in the
-# host-compilable stage_walk.h -- same logic, the op kernel's SASS differs in register numbering --;
+# host-compilable stage_walk.h -- same logic, the op kernel's SASS differs in register allocation --;
 # GemmOptions::merge_tails now kAuto / kOn / kOff) against main25 (95fdcc7):
 #   run(command="scripts/call25c.sh", carry=["build/variants/main25", "build/variants/final25"])
 # 1. final25's whole GPU suite, engine tests and nccl one-rank tests.
