@@ -15,6 +15,8 @@
 // the standalone engine in 2-CTA clusters whose pair shares each B tile (multicast, one load per
 // pair; gemm_tile_pair_b), checks its C equals the plain engine's bit for bit, and prints the ratio.
 // --uniform-groups: the grouped cases with 32 experts of 768 rows each (no skew, no partial block).
+// --claim-order M|N,RUN,GROUP: the grouped kosmos::Gemm plans (separate and merged tiles) claim
+// their tiles in that order instead of the planner's (GemmOptions::claim_order).
 // --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
 // choose_run_length: minimise ceil(tasks / SMs) * run over run <= 16, longer runs on ties).
 #include <cublasLt.h>
@@ -68,6 +70,7 @@ struct Options {
   bool dump_only = false;
   bool pair_b = false;
   int sweep_reps = 0;  // --raster-sweep R: every claim order of kosmos::Gemm, R alternated reps each
+  kosmos::GemmClaimOrder claim;  // --claim-order M|N,RUN,GROUP: the grouped kosmos::Gemm plans' order (run 0: the planner's)
   std::vector<kosmos::kernels::gemm::GemmShape> shapes;  // --shapes MxNxK,...: dense shapes instead of the issue's eight
 };
 
@@ -273,7 +276,17 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
     for (const uint32_t length : kosmos::ops::distinct_run_lengths(dim)) {
       const int run = int(length);
       const int runs = (dim + run - 1) / run;
+      // Groups of 1, 2, 4, ... runs, and (grouped, runs of one slot down M) the slots of about one
+      // and two groups, so that a claim group can be one group's tiles, n-major.
+      std::vector<int> groups;
       for (int g = 1;; g = std::min(2 * g, runs)) {
+        groups.push_back(g);
+        if (g == runs) break;
+      }
+      if (!along_n && run == 1 && rp.slots_per_group > 0)
+        for (int g : {rp.slots_per_group, 2 * rp.slots_per_group})
+          if (g < runs && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+      for (const int g : groups) {
         const kosmos::GemmClaimOrder co{uint32_t(run), along_n, g};
         const auto plans = plan(co);
         CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
@@ -283,7 +296,6 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
         const std::vector<float> t = time_medians(o.sweep_reps, sets, {[&](int s) { (void)planner[s]->run(); },
                                                                        [&](int s) { (void)plans[s]->run(); }});
         all.push_back({co, kosmos::ops::evaluate_order(rp, along_n, uint32_t(run), g), t[1], t[0], equal});
-        if (g == runs) break;
       }
     }
   }
@@ -572,6 +584,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   // picks one of the two by K.
   kosmos::GemmOptions separate;
   separate.merge_tails = kosmos::GemmMergeTails::kOff;
+  separate.claim_order = o.claim;
   const std::vector<std::unique_ptr<kosmos::Gemm>> plans = plan_sets("grouped", [](kosmos::GemmArguments&) {}, separate);
   CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
   CK(cudaDeviceSynchronize());
@@ -585,6 +598,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   // variant): its C must equal the separate tiles' bit for bit.
   kosmos::GemmOptions merge;
   merge.merge_tails = kosmos::GemmMergeTails::kOn;
+  merge.claim_order = o.claim;
   const std::vector<std::unique_ptr<kosmos::Gemm>> merged = plan_sets("grouped, tails merged", [](kosmos::GemmArguments&) {}, merge);
   r.rt_merged_raster = merged[0]->raster();
   r.rt_default_merges = plan_sets("grouped, default", [](kosmos::GemmArguments&) {})[0]->raster().find("merged") != std::string::npos;
@@ -638,7 +652,8 @@ constexpr const char* kUsage =
     "cuBLAS GEMM of the same rows). Needs a GPU (except --dump-groups PATH --dump-only).\n"
     "  gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64]\n"
     "                    [--layout nt|nn] [--dense-only|--grouped-only] [--shapes MxNxK[,MxNxK...]]\n"
-    "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R] [--uniform-groups]\n";
+    "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R] [--uniform-groups]\n"
+    "                    [--claim-order M|N,RUN,GROUP]\n";
 
 int main(int argc, char** argv) {
   Options o;
@@ -664,6 +679,18 @@ int main(int argc, char** argv) {
     else if (a == "--dump-only") o.dump_only = true;
     else if (a == "--pair-b") o.pair_b = true;
     else if (a == "--uniform-groups") g_uniform_groups = true;
+    else if (a == "--claim-order") {  // M|N,RUN,GROUP
+      const std::string v = next();
+      char dir = 0;
+      unsigned run = 0;
+      int group = 0;
+      if (std::sscanf(v.c_str(), "%c,%u,%d", &dir, &run, &group) != 3 || (dir != 'M' && dir != 'N') || run < 1 || run > 16 ||
+          group < 1) {
+        std::fprintf(stderr, "--claim-order: expected M|N,RUN,GROUP (RUN 1..16, GROUP >= 1), got '%s'\n", v.c_str());
+        return 2;
+      }
+      o.claim = kosmos::GemmClaimOrder{run, dir == 'N', group};
+    }
     else if (a == "--raster-sweep") o.sweep_reps = std::max(1, std::atoi(next().c_str()));
     else if (a == "--shapes") {
       std::string bad;
