@@ -28,7 +28,8 @@ struct Gemm::Impl {
   uint32_t run = 1;
   std::string raster;
   int num_sms = 132;
-  bool merge_tails = false;  // planned with merged tails (GemmOptions::merge_tails, where the problem admits them)
+  // Planned with merged tails (GemmOptions::merge_tails, where the problem admits them).
+  bool merges_tails() const { return (shape.layout & kernels::gemm::kGemmMergeTails) != 0; }
 };
 
 Gemm::~Gemm() = default;
@@ -54,7 +55,6 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
     if (kernels::gemm::make_gemm_params(m, &mp).is_ok()) {
       d = m;
       impl->shape = mp;
-      impl->merge_tails = (mp.layout & kernels::gemm::kGemmMergeTails) != 0;
     }
   }
   const auto& p = impl->shape;
@@ -68,7 +68,7 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   const std::vector<ops::GemmRun> runs = co.run == 0 ? ops::plan_gemm_runs(rp, &choice)
                                                      : ops::make_gemm_runs(rp, co.along_n, co.run, co.group, &choice);
   impl->run = choice.run;
-  impl->raster = choice.describe() + (co.run == 0 ? "" : " (set)") + (impl->merge_tails ? "; tails of <= 32 rows merged" : "");
+  impl->raster = choice.describe() + (co.run == 0 ? "" : " (set)") + (impl->merges_tails() ? "; tails of <= 32 rows merged" : "");
 
   plan::PlanBuilder b(1, "gemm");
   const uint64_t a_bytes = 1, b_bytes = 1, c_bytes = 1;  // external: sizes are the caller's
@@ -116,7 +116,7 @@ Status Gemm::update(const GemmArguments& args) {
     d.c = nullptr;
     d.num_sms = impl_->num_sms;
     d.tile_shape = impl_->shape.tile_shape;
-    d.merge_tails = impl_->merge_tails;
+    d.merge_tails = impl_->merges_tails();
     KOSMOS_RETURN_IF_ERROR(r.update_problem(0, d));
   }
   KOSMOS_RETURN_IF_ERROR(r.bind(kA, 0, const_cast<void*>(args.a)));

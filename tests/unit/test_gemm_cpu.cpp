@@ -207,16 +207,15 @@ TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
     std::unique_ptr<Gemm> plan_default;
     ASSERT_TRUE(Gemm::plan(g, o, &plan_default).is_ok());
     EXPECT_EQ(plan_default->raster().find("tails of <= 32 rows merged") != std::string::npos, !b_t) << plan_default->raster();
-    GemmArguments long_k = g;
-    long_k.k = kGemmMergeTailsMaxK + 64;
-    long_k.lda = long_k.k;
-    long_k.ldb = b_t ? long_k.k : n;
-    ASSERT_TRUE(Gemm::plan(long_k, o, &plan_default).is_ok());
+    auto at_k = [&](int64_t kk) {  // the same problem at another K (planned only)
+      GemmArguments x = g;
+      x.k = x.lda = kk;
+      x.ldb = b_t ? kk : n;
+      return x;
+    };
+    ASSERT_TRUE(Gemm::plan(at_k(kGemmMergeTailsMaxK + 64), o, &plan_default).is_ok());
     EXPECT_EQ(plan_default->raster().find("tails of <= 32 rows merged"), std::string::npos) << plan_default->raster();
-    long_k.k = kGemmMergeTailsMaxK;
-    long_k.lda = long_k.k;
-    long_k.ldb = b_t ? long_k.k : n;
-    ASSERT_TRUE(Gemm::plan(long_k, o, &plan_default).is_ok());
+    ASSERT_TRUE(Gemm::plan(at_k(kGemmMergeTailsMaxK), o, &plan_default).is_ok());
     EXPECT_EQ(plan_default->raster().find("tails of <= 32 rows merged") != std::string::npos, !b_t) << plan_default->raster();
     // Accumulate (C += ...) does not merge, even when asked.
     g.epilogue = kEpilogueAccumulate;

@@ -614,7 +614,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   // Operands kept resident between the tiles of a run (StageWalk); not with the cluster pair,
   // whose CTAs must load every k block in step.
   constexpr bool kKeep = !kPairB;
-  const bool along_n = (a.flags & kGemmRunAlongN) != 0;
+  // (Evaluated at each tile, not held across the call: a value computed here lives through the
+  // setmaxnreg split, and holding this flag cost the merging variant 52 bytes of spill.)
+  auto along_n = [&] { return (a.flags & kGemmRunAlongN) != 0; };
   auto keep_allowed = [&](const TileCoord& t) { return kKeep && (p.layout & kGemmKeepOperands) && t.tail == 0; };
   // The group whose B a resident B belongs to (grouped over M or K: B and its K range are per group).
   auto keep_group = [&](const TileCoord& t) { return p.num_groups > 0 ? t.wait_m : 0; };
@@ -664,7 +666,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
         bool load_kept, drain;
-        const int kept = walk.start_tile(keep_allowed(t), t.num_kb, along_n, keep_group(t), load_kept, drain);
+        const int kept = walk.start_tile(keep_allowed(t), t.num_kb, along_n(), keep_group(t), load_kept, drain);
         const bool skip_a = kept == kKeepA && !load_kept, skip_b = kept == kKeepB && !load_kept;
         if (lane_idx == 0) {
           if (drain) {
@@ -767,7 +769,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
       bool load_kept, drain;  // the producer's business; the consumers need the walk's areas
-      walk.start_tile(keep_allowed(t), t.num_kb, along_n, keep_group(t), load_kept, drain);
+      walk.start_tile(keep_allowed(t), t.num_kb, along_n(), keep_group(t), load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
       mma.accumulate_ = GMMA::ScaleOut::Zero;
