@@ -17,6 +17,10 @@
 // --uniform-groups: the grouped cases with 32 experts of 768 rows each (no skew, no partial block).
 // --claim-order M|N,RUN,GROUP: the grouped kosmos::Gemm plans (separate and merged tiles) claim
 // their tiles in that order instead of the planner's (GemmOptions::claim_order).
+// --compare-orders M|N,RUN,GROUP[:...]: kosmos::Gemm under each listed order, tails separate and
+// (where the problem admits it) merged, all alternated in one timing with the default plan's
+// (GemmOptions{}), R = 5 x --reps reps; C bit for bit against the default's. Two launches of the
+// default plan are in the rotation, so the spread between them shows the timing's noise.
 // --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
 // choose_run_length: minimise ceil(tasks / SMs) * run over run <= 16, longer runs on ties).
 #include <cublasLt.h>
@@ -71,6 +75,7 @@ struct Options {
   bool pair_b = false;
   int sweep_reps = 0;  // --raster-sweep R: every claim order of kosmos::Gemm, R alternated reps each
   kosmos::GemmClaimOrder claim;  // --claim-order M|N,RUN,GROUP: the grouped kosmos::Gemm plans' order (run 0: the planner's)
+  std::vector<kosmos::GemmClaimOrder> compare;  // --compare-orders O1:O2:...: each against the planner's, alternated
   std::vector<kosmos::kernels::gemm::GemmShape> shapes;  // --shapes MxNxK,...: dense shapes instead of the issue's eight
 };
 
@@ -334,6 +339,72 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
                   "\"planner_ms\": %.4f, \"c_equal\": %s}",
                   e.est.along_n ? "N" : "M", e.est.run, e.est.group, e.est.est_seconds * 1e6, e.est.est_hbm_bytes / 1e6,
                   e.ms, e.planner_ms, e.equal ? "true" : "false");
+    row.sweep.push_back(js);
+  }
+}
+
+// --compare-orders: the listed claim orders (tails separate and, where admitted, merged) against the
+// default plan, alternated in one timing. The default is timed twice (two launchers of the same plans):
+// their ratio is the noise floor the others' gains must clear.
+void compare_claim_orders(const Options& o, int sets, const std::vector<kosmos::GemmArguments>& args, size_t c_el,
+                          double flops, Row& row) {
+  auto plan = [&](const kosmos::GemmOptions& opt) {
+    std::vector<std::unique_ptr<kosmos::Gemm>> out(sets);
+    for (int s = 0; s < sets; ++s) {
+      const kosmos::Status st = kosmos::Gemm::plan(args[s], opt, &out[s]);
+      if (!st.is_ok()) {
+        std::fprintf(stderr, "compare: kosmos::Gemm::plan: %s\n", st.to_string().c_str());
+        std::exit(1);
+      }
+    }
+    return out;
+  };
+  struct Entry {
+    std::string what;
+    std::vector<std::unique_ptr<kosmos::Gemm>> plans;
+    bool equal = true;
+  };
+  std::vector<Entry> all;
+  all.push_back({"", plan({}), true});
+  all[0].what = "default: " + all[0].plans[0]->raster();
+  all.push_back({"default again", plan({}), true});
+  for (const kosmos::GemmClaimOrder& co : o.compare)
+    for (const auto mt : {kosmos::GemmMergeTails::kOff, kosmos::GemmMergeTails::kOn}) {
+      kosmos::GemmOptions opt;
+      opt.claim_order = co;
+      opt.merge_tails = mt;
+      Entry e{"", plan(opt), true};
+      e.what = e.plans[0]->raster();
+      if (mt == kosmos::GemmMergeTails::kOn && e.what.find("merged") == std::string::npos) continue;  // not admitted
+      all.push_back(std::move(e));
+    }
+  auto run_once = [&](kosmos::Gemm& g) {
+    if (!g.run().is_ok() || !g.finish().is_ok()) {
+      std::fprintf(stderr, "compare: kosmos::Gemm run failed\n");
+      std::exit(1);
+    }
+  };
+  Buf ref(c_el * 2);
+  CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
+  run_once(*all[0].plans[0]);
+  CK(cudaMemcpy(ref.p, args[0].c, c_el * 2, cudaMemcpyDeviceToDevice));
+  for (size_t i = 1; i < all.size(); ++i) {
+    CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
+    run_once(*all[i].plans[0]);
+    all[i].equal = mismatches(args[0].c, ref.h(), c_el) == 0;
+  }
+  std::vector<std::function<void(int)>> launch;
+  for (size_t i = 0; i < all.size(); ++i) launch.push_back([&, i](int s) { (void)all[i].plans[s]->run(); });
+  for (int i = 0; i < 30; ++i) (void)all[0].plans[i % sets]->run();  // full clocks before the first pair
+  CK(cudaDeviceSynchronize());
+  const std::vector<float> t = time_medians(5 * o.reps, sets, launch);
+  std::printf("claim orders of %s, %d alternated reps (vs the default plan):\n", row.name.c_str(), 5 * o.reps);
+  for (size_t i = 0; i < all.size(); ++i) {
+    std::printf("  %8.1f TF/s  %.3f  C==%s  %s\n", flops / t[i] * 1e-9, t[0] / t[i], all[i].equal ? "yes" : "NO",
+                all[i].what.c_str());
+    char js[400];
+    std::snprintf(js, sizeof(js), "{\"compare\": true, \"plan\": \"%s\", \"ms\": %.4f, \"default_ms\": %.4f, \"c_equal\": %s}",
+                  all[i].what.c_str(), t[i], t[0], all[i].equal ? "true" : "false");
     row.sweep.push_back(js);
   }
 }
@@ -648,6 +719,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   std::snprintf(nm, sizeof(nm), "%s G=%d rows=%d N=%lld K=%lld", name, G, total, (long long)N, (long long)K);
   r.name = nm;
   if (o.sweep_reps > 0) sweep_claim_orders(o, sms, sets, args, P[0], c_el, r.flops, r);
+  if (!o.compare.empty()) compare_claim_orders(o, sets, args, c_el, r.flops, r);
   for (int s = 0; s < sets; ++s) delete A[s], delete B[s], delete C[s], delete ptrs[s];
   return r;
 }
@@ -661,7 +733,7 @@ constexpr const char* kUsage =
     "  gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64]\n"
     "                    [--layout nt|nn] [--dense-only|--grouped-only] [--shapes MxNxK[,MxNxK...]]\n"
     "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R] [--uniform-groups]\n"
-    "                    [--claim-order M|N,RUN,GROUP]\n";
+    "                    [--claim-order M|N,RUN,GROUP] [--compare-orders M|N,RUN,GROUP[:...]]\n";
 
 int main(int argc, char** argv) {
   Options o;
@@ -698,6 +770,24 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.claim = kosmos::GemmClaimOrder{run, dir == 'N', group};
+    }
+    else if (a == "--compare-orders") {  // M|N,RUN,GROUP[:...]
+      const std::string v = next();
+      size_t at = 0;
+      while (at <= v.size()) {
+        const size_t end = std::min(v.find(':', at), v.size());
+        const std::string one = v.substr(at, end - at);
+        char dir = 0;
+        unsigned run = 0;
+        int group = 0;
+        if (std::sscanf(one.c_str(), "%c,%u,%d", &dir, &run, &group) != 3 || (dir != 'M' && dir != 'N') || run < 1 ||
+            run > 16 || group < 1) {
+          std::fprintf(stderr, "--compare-orders: expected M|N,RUN,GROUP[:...] (RUN 1..16, GROUP >= 1), got '%s'\n", one.c_str());
+          return 2;
+        }
+        o.compare.push_back(kosmos::GemmClaimOrder{run, dir == 'N', group});
+        at = end + 1;
+      }
     }
     else if (a == "--raster-sweep") o.sweep_reps = std::max(1, std::atoi(next().c_str()));
     else if (a == "--shapes") {

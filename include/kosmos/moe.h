@@ -91,11 +91,16 @@ struct MoeConfig {
   // planner; a set value claims its runs one at a time).
   int gemm1_run = 0;
   int gemm2_run = 0;    // forward: the same for GEMM2
+  // Forward: slot runs per claim group of GEMM1 / GEMM2 (a group's tiles are claimed n-major, so its
+  // runs read each weight column block together), 1..1024; 0: chosen by the raster planner.
+  int gemm1_group = 0;
+  int gemm2_group = 0;
   // Forward: GEMM2 output tiles per task along N (one slot, n tiles nb .. nb + n - 1: the tile pipeline
   // loads the next tile's k blocks under the epilogue, and the task restart is paid once), 1..16;
   // only with one-slot GEMM2 runs (ignored otherwise). 0: chosen (1).
   int gemm2_n_run = 0;
   int backward_run = 0; // backward: the same for the H1 / dA' / dX slot runs
+  int backward_group = 0;  // backward: slot runs per claim group of H1 / dA' / dX (0: chosen)
   // Backward claim order: dX tiles of a step are queued this many steps after its
   // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).
   int backward_dx_lag = 0;

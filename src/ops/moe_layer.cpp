@@ -165,6 +165,10 @@ Status validate(const MoeConfig& c) {
                    c.backward_run <= 16,
                "MoE gemm1_run = ", c.gemm1_run, ", gemm2_run = ", c.gemm2_run, ", backward_run = ", c.backward_run,
                ", expected 0 (chosen) or 1..16");
+  KOSMOS_CHECK(c.gemm1_group >= 0 && c.gemm1_group <= 1024 && c.gemm2_group >= 0 && c.gemm2_group <= 1024 &&
+                   c.backward_group >= 0 && c.backward_group <= 1024,
+               "MoE gemm1_group = ", c.gemm1_group, ", gemm2_group = ", c.gemm2_group, ", backward_group = ",
+               c.backward_group, ", expected 0 (chosen) or 1..1024");
   KOSMOS_CHECK(c.gemm2_n_run >= 0 && c.gemm2_n_run <= 16, "MoE gemm2_n_run = ", c.gemm2_n_run,
                ", expected 0 (chosen) or 1..16");
   KOSMOS_CHECK(c.backward_dx_lag >= 0, "MoE backward_dx_lag = ", c.backward_dx_lag,
@@ -417,9 +421,9 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const bool decode = ops::moe::decode_regime(cfg);
   const int64_t expected_rows = int64_t(T) * k;  // a rank's rows under uniform routing
   const ops::moe::SlotRaster r1 =
-      ops::moe::slot_raster(p1, expected_rows, est_tiles, p1.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm1_run);
+      ops::moe::slot_raster(p1, expected_rows, est_tiles, p1.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm1_run, cfg.gemm1_group);
   const ops::moe::SlotRaster r2 =
-      ops::moe::slot_raster(p2, expected_rows, est_tiles, p2.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm2_run);
+      ops::moe::slot_raster(p2, expected_rows, est_tiles, p2.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm2_run, cfg.gemm2_group);
   const uint32_t run = r1.run;
   const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles);
   const ops::moe::SlotSteps steps1{runs, r1.group};

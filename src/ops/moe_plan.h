@@ -222,12 +222,13 @@ inline bool decode_regime(const MoeConfig& cfg) {
 // models one rank's CTAs with the whole L2, while W virtual ranks share it (Qwen3 W = 8: the
 // planner's runs of 8 / 4 ran 24.98 ms, the makespan's 4 / 16 24.13 ms, one rep each).
 // override_run > 0: runs of that length, one per step (the order before the sixth session).
+// override_group > 0: that many runs per step, whatever the run length.
 struct SlotRaster {
   uint32_t run = 1, group = 1;
   std::string describe;
 };
 inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expected_rows, int64_t est_tiles, int n_tiles,
-                              int world, int ctas_per_rank, bool decode, int override_run) {
+                              int world, int ctas_per_rank, bool decode, int override_run, int override_group = 0) {
   SlotRaster r;
   ctas_per_rank = std::max(1, ctas_per_rank);
   if (override_run > 0 || decode || world > 1) {
@@ -236,15 +237,19 @@ inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expect
                              : ops::choose_run_length(est_tiles, n_tiles, ctas_per_rank);
     r.describe = std::string("runs of ") + std::to_string(r.run) +
                  (override_run > 0 ? " (set)" : decode ? " (decode)" : " (makespan, W > 1)");
-    return r;
+  } else {
+    ops::RasterProblem rp = ops::raster_problem(p, 0, int(p.num_m_tiles), ctas_per_rank, expected_rows);
+    rp.allow_along_n = false;
+    ops::RasterChoice choice;
+    ops::plan_gemm_runs(rp, &choice);
+    r.run = choice.run;
+    r.group = uint32_t(std::max(1, choice.group));
+    r.describe = choice.describe();
   }
-  ops::RasterProblem rp = ops::raster_problem(p, 0, int(p.num_m_tiles), ctas_per_rank, expected_rows);
-  rp.allow_along_n = false;
-  ops::RasterChoice choice;
-  ops::plan_gemm_runs(rp, &choice);
-  r.run = choice.run;
-  r.group = uint32_t(std::max(1, choice.group));
-  r.describe = choice.describe();
+  if (override_group > 0) {
+    r.group = uint32_t(override_group);
+    r.describe += "; claim groups of " + std::to_string(override_group) + " runs (set)";
+  }
   return r;
 }
 

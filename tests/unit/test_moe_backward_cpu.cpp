@@ -13,9 +13,10 @@ using namespace kosmos::test;
 namespace {
 
 void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0,
-                  int dw_tile_n = 0, int route_chunks = 0) {
+                  int dw_tile_n = 0, int route_chunks = 0, int group = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.route_chunks = route_chunks;
+  c.backward_group = group;
   c.backward = true;
   c.combine_tokens_per_task = tpt;
   c.backward_dx_lag = dx_lag;
@@ -89,6 +90,11 @@ TEST(MoeBackwardCpuShapes, DxLagOnlyReordersTasks) {
   // dX right after its swiglu_backward, and every dX after every swiglu_backward: same gradients.
   run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1);
   run_backward(2, 150, 4, 2, Routing::kSkewed, 64, 64, 0, 1000);
+}
+
+TEST(MoeBackwardCpuShapes, ClaimGroupsOnlyReorderTasks) {
+  // backward_group: one slot run per claim group, a few, more than there are runs: same gradients.
+  for (int g : {1, 3, 1024}) run_backward(2, 150, 8, 4, Routing::kSkewedWithDrops, 64, 64, 0, 0, 0, 0, g);
 }
 
 TEST(MoeBackwardCpuShapes, RouteChunksLeaveTheGradientsUnchanged) {

@@ -12,7 +12,7 @@ using namespace kosmos::test;
 
 namespace {
 struct ClaimOrder {
-  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 0;
+  int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 0, gemm1_group = 0, gemm2_group = 0;
 };
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0, ClaimOrder order = {}) {
@@ -25,6 +25,8 @@ void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, in
   c.gemm2_lag = order.gemm2_lag;
   c.gemm2_n_run = order.gemm2_n_run;
   c.route_chunks = order.route_chunks;
+  c.gemm1_group = order.gemm1_group;
+  c.gemm2_group = order.gemm2_group;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -78,6 +80,9 @@ TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
   run_moe(2, 150, 8, 4, Routing::kSkewed, 64, 32, 0, 0, 0, {1, 1, 1});
   run_moe(2, 150, 8, 4, Routing::kSkewed, 64, 32, 0, 0, 0, {3, 16, 1000});
   run_moe(4, 64, 8, 8, Routing::kSkewedWithDrops, 64, 32, 0, 0, 0, {16, 2, 2});
+  // Claim groups set (one slot per group, a few, more than there are runs), with and without runs set.
+  run_moe(1, 150, 8, 4, Routing::kSkewed, 64, 32, 0, 0, 0, {0, 0, 0, 0, 0, 3, 5});
+  run_moe(2, 150, 8, 4, Routing::kSkewedWithDrops, 64, 32, 0, 0, 0, {2, 1, 0, 0, 0, 1, 1024});
   // GEMM2 tasks walking n tiles along N (one-slot runs): H = 640 is not a multiple of any tile
   // width, so some runs end in a partial one, and 16 is capped at the tile count.
   for (int n_run : {2, 4, 16}) {
@@ -242,6 +247,10 @@ TEST(MoeCpuErrors, BadConfigsNamed) {
   s = MoeLayer::plan(c, &L);
   EXPECT_NE(s.message().find("gemm1_run = 17"), std::string::npos) << s.message();
   c.gemm1_run = 0;
+  c.gemm2_group = 1025;
+  s = MoeLayer::plan(c, &L);
+  EXPECT_NE(s.message().find("gemm2_group = 1025"), std::string::npos) << s.message();
+  c.gemm2_group = 0;
   c.gemm2_lag = -1;
   s = MoeLayer::plan(c, &L);
   EXPECT_NE(s.message().find("gemm2_lag = -1"), std::string::npos) << s.message();

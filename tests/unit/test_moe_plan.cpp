@@ -74,6 +74,13 @@ TEST(MoeSlotRaster, PlannerChoiceOutsideDecodeOverridesAndDecodeRuns) {
   const SlotRaster w8 = slot_raster(p, 4096 * 8, 272, 12, 8, 16, false, 0);
   EXPECT_EQ(w8.run, 4u) << w8.describe;
   EXPECT_EQ(w8.group, 1u);
+  // A claim group set: taken as given with the planner's run, with a set run, and in the decode regime.
+  const SlotRaster grouped = slot_raster(p, 4096 * 8, 384, 12, 1, 132, false, 0, 2);
+  EXPECT_EQ(grouped.run, chosen.run);
+  EXPECT_EQ(grouped.group, 2u);
+  EXPECT_NE(grouped.describe.find("claim groups of 2 runs (set)"), std::string::npos) << grouped.describe;
+  EXPECT_EQ(slot_raster(p, 4096 * 8, 384, 12, 1, 132, false, 7, 3).group, 3u);
+  EXPECT_EQ(slot_raster(qwen_gemm1(128), 128 * 8, 136, 12, 1, 132, true, 0, 5).group, 5u);
 }
 
 // The combine's cut: whole multiples of the op kernel's 12 warps (one warp per token), about four
