@@ -22,6 +22,9 @@ Subcommands (run from the repository root on the GPU machine; needs torch with C
       same total M, TFLOP/s for each. --sizes reads the per-expert M that
       `gemm_engine_bench --dump-groups PATH` writes (the SAME group sizes as that benchmark);
       --deepseek makes sizes with the same recipe but Python's shuffle (NOT the same sizes).
+      --data uniform fills A and B like gemm_engine_bench (uniform in [-1, 1), rounded to bf16)
+      instead of torch.randn (the default): the card's power draw, and so its clocks under a
+      sustained GEMM, depend on the operand values.
 
 Timing: CUDA events around each repetition, warm-up, median of --reps.
 """
@@ -342,18 +345,24 @@ def cmd_grouped(args):
     gen.manual_seed(args.seed)
     bf = torch.bfloat16
     G, total = len(gm), sum(gm)
+
+    def fill(*shape):
+        if args.data == "uniform":
+            return (torch.rand(*shape, device=dev, dtype=torch.float32, generator=gen) * 2 - 1).to(bf)
+        return torch.randn(*shape, device=dev, dtype=bf, generator=gen)
+
     offs = torch.tensor(gm, dtype=torch.int64, device=dev).cumsum(0).to(torch.int32)
     res = metadata(torch)
     res.update({"bench": "torch_grouped_mm", "sizes_source": source, "num_groups": G, "total_rows": total,
-                "empty_groups": sum(1 for v in gm if v == 0), "group_m": gm, "warmup": args.warmup,
+                "empty_groups": sum(1 for v in gm if v == 0), "group_m": gm, "data": args.data, "warmup": args.warmup,
                 "reps": args.reps, "results": []})
     print(f"torch._grouped_mm vs dense torch.mm on {res['gpu']}, torch {res['torch']}: {G} groups, {total} rows "
-          f"({res['empty_groups']} empty); sizes from {source}")
+          f"({res['empty_groups']} empty); sizes from {source}; {args.data} data")
     print(f"  {'case':<14} {'N':>6} {'K':>6} {'grouped ms':>11} {'TFLOP/s':>9} {'dense ms':>9} {'TFLOP/s':>9} "
           f"{'grouped/dense':>13}")
     for name, N, K in cases:
-        a = torch.randn(total, K, device=dev, dtype=bf, generator=gen)
-        b = torch.randn(G, K, N, device=dev, dtype=bf, generator=gen)
+        a = fill(total, K)
+        b = fill(G, K, N)
         b, layout = grouped_b(torch, a, b, offs)
         out = torch._grouped_mm(a, b, offs=offs, out_dtype=bf)
         torch.cuda.synchronize()
@@ -361,7 +370,7 @@ def cmd_grouped(args):
         del out
         t_g = time_ms(torch, lambda: torch._grouped_mm(a, b, offs=offs, out_dtype=bf), args.warmup, args.reps)
         del b
-        bd = torch.randn(K, N, device=dev, dtype=bf, generator=gen)  # dense: same total M, one [K, N] weight
+        bd = fill(K, N)  # dense: same total M, one [K, N] weight
         t_d = time_ms(torch, lambda: torch.mm(a, bd), args.warmup, args.reps)
         del a, bd
         torch.cuda.empty_cache()
@@ -412,6 +421,8 @@ def main():
     g.add_argument("--reps", type=int, default=30)
     g.add_argument("--warmup", type=int, default=5)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--data", choices=["normal", "uniform"], default="normal",
+                   help="operand values: torch.randn (default) or uniform in [-1, 1) as gemm_engine_bench fills them")
     g.set_defaults(fn=cmd_grouped)
     args = ap.parse_args()
     if args.reps < 3 or args.warmup < 0:

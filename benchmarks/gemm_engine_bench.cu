@@ -21,6 +21,8 @@
 // (where the problem admits it) merged, all alternated in one timing with the default plan's
 // (GemmOptions{}), R = 5 x --reps reps; C bit for bit against the default's. Two launches of the
 // default plan are in the rotation, so the spread between them shows the timing's noise.
+// --data normal: operands standard normal (as torch.randn in bench/torch_baselines.py) instead of
+// uniform in [-1, 1) (the default).
 // --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
 // choose_run_length: minimise ceil(tasks / SMs) * run over run <= 16, longer runs on ties).
 #include <cublasLt.h>
@@ -80,6 +82,7 @@ struct Options {
 };
 
 using bench_util::fill_random_bf16;
+bool g_normal_data = false;  // --data normal: operands standard normal (torch.randn's), not uniform in [-1, 1)
 
 struct Buf {
   void* p = nullptr;
@@ -416,8 +419,8 @@ void make_operand_sets(int sets, size_t a_el, size_t b_el, size_t c_el, uint64_t
     A.push_back(new Buf(a_el * 2));
     B.push_back(new Buf(b_el * 2));
     C.push_back(new Buf(c_el * 2));
-    fill_random_bf16<<<1024, 256>>>(A[s]->h(), a_el, seed * s + 1);
-    fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, seed * s + 2);
+    fill_random_bf16<<<1024, 256>>>(A[s]->h(), a_el, seed * s + 1, g_normal_data);
+    fill_random_bf16<<<1024, 256>>>(B[s]->h(), b_el, seed * s + 2, g_normal_data);
   }
 }
 
@@ -733,7 +736,7 @@ constexpr const char* kUsage =
     "  gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64]\n"
     "                    [--layout nt|nn] [--dense-only|--grouped-only] [--shapes MxNxK[,MxNxK...]]\n"
     "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R] [--uniform-groups]\n"
-    "                    [--claim-order M|N,RUN,GROUP] [--compare-orders M|N,RUN,GROUP[:...]]\n";
+    "                    [--claim-order M|N,RUN,GROUP] [--compare-orders M|N,RUN,GROUP[:...]] [--data uniform|normal]\n";
 
 int main(int argc, char** argv) {
   Options o;
@@ -759,6 +762,14 @@ int main(int argc, char** argv) {
     else if (a == "--dump-only") o.dump_only = true;
     else if (a == "--pair-b") o.pair_b = true;
     else if (a == "--uniform-groups") g_uniform_groups = true;
+    else if (a == "--data") {
+      const std::string v = next();
+      if (v != "uniform" && v != "normal") {
+        std::fprintf(stderr, "--data: expected uniform or normal, got '%s'\n", v.c_str());
+        return 2;
+      }
+      g_normal_data = v == "normal";
+    }
     else if (a == "--claim-order") {  // M|N,RUN,GROUP
       const std::string v = next();
       char dir = 0;
@@ -814,8 +825,9 @@ int main(int argc, char** argv) {
   CB(cublasCreate(&cub));
   Buf ws(64ull << 20);
   CB(cublasSetWorkspace(cub, ws.p, ws.bytes));
-  std::printf("GPU %s, %d SMs, driver %d; run=%d raster=%d shape=%s layout=%s reps=%d\n", prop.name, sms, driver,
-              o.run, o.raster, o.shape.c_str(), o.nn ? "NN (B [K,N])" : "NT (B [N,K])", o.reps);
+  std::printf("GPU %s, %d SMs, driver %d; run=%d raster=%d shape=%s layout=%s reps=%d data=%s\n", prop.name, sms, driver,
+              o.run, o.raster, o.shape.c_str(), o.nn ? "NN (B [K,N])" : "NT (B [N,K])", o.reps,
+              g_normal_data ? "normal" : "uniform");
   std::vector<Row> rows;
   if (o.dense) {
     if (o.shapes.empty()) o.shapes.assign(kosmos::kernels::gemm::kIssueGemmShapes.begin(), kosmos::kernels::gemm::kIssueGemmShapes.end());
@@ -877,8 +889,9 @@ int main(int argc, char** argv) {
     }
     const char* commit = std::getenv("KOSMOS_COMMIT");
     std::fprintf(f, "{\n  \"gpu\": \"%s\",\n  \"sms\": %d,\n  \"driver\": %d,\n  \"commit\": \"%s\",\n  \"command\": \"%s\",\n"
-                 "  \"layout\": \"%s\",\n  \"run\": %d,\n  \"raster\": %d,\n  \"results\": [\n",
-                 prop.name, sms, driver, commit && *commit ? commit : "unknown", command.c_str(), o.nn ? "NN" : "NT", o.run, o.raster);
+                 "  \"layout\": \"%s\",\n  \"run\": %d,\n  \"raster\": %d,\n  \"data\": \"%s\",\n  \"results\": [\n",
+                 prop.name, sms, driver, commit && *commit ? commit : "unknown", command.c_str(), o.nn ? "NN" : "NT", o.run, o.raster,
+                 g_normal_data ? "normal" : "uniform");
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       const double ours = r.flops / r.ours_ms * 1e-9, ref = r.flops / r.ref_ms * 1e-9;

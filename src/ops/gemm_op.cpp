@@ -65,10 +65,15 @@ Status Gemm::plan(const GemmArguments& args, const GemmOptions& options, std::un
   KOSMOS_CHECK(co.run == 0 || co.group >= 1, "GemmOptions::claim_order.group = ", co.group, ": expected >= 1");
   ops::RasterChoice choice;
   const ops::RasterProblem rp = ops::raster_problem(p, 0, p.num_m_tiles, ctas);
-  const std::vector<ops::GemmRun> runs = co.run == 0 ? ops::plan_gemm_runs(rp, &choice)
-                                                     : ops::make_gemm_runs(rp, co.along_n, co.run, co.group, &choice);
+  // The planner's order, or one group's slots per claim (ops::expert_claim_group, tails separate only),
+  // or the caller's.
+  const int expert_group = co.run == 0 && !impl->merges_tails() ? ops::expert_claim_group(rp) : 0;
+  const std::vector<ops::GemmRun> runs = co.run != 0       ? ops::make_gemm_runs(rp, co.along_n, co.run, co.group, &choice)
+                                         : expert_group > 0 ? ops::make_gemm_runs(rp, false, 1, expert_group, &choice)
+                                                            : ops::plan_gemm_runs(rp, &choice);
   impl->run = choice.run;
-  impl->raster = choice.describe() + (co.run == 0 ? "" : " (set)") + (impl->merges_tails() ? "; tails of <= 32 rows merged" : "");
+  impl->raster = choice.describe() + (co.run != 0 ? " (set)" : expert_group > 0 ? " (one group's slots per claim)" : "") +
+                 (impl->merges_tails() ? "; tails of <= 32 rows merged" : "");
 
   plan::PlanBuilder b(1, "gemm");
   const uint64_t a_bytes = 1, b_bytes = 1, c_bytes = 1;  // external: sizes are the caller's

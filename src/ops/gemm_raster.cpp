@@ -237,6 +237,10 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
   return order;
 }
 
+int expert_claim_group(const RasterProblem& p) {
+  return !p.exact_groups && p.slots_per_group >= kExpertClaimMinSlots ? p.slots_per_group : 0;
+}
+
 RasterProblem raster_problem(const kernels::gemm::GemmParams& p, int m_begin, int m_end, int ctas, int64_t expected_rows) {
   constexpr double kSmFlopsPerSecond = 730e12 / 132;
   constexpr int bm = kernels::gemm::kGemmBlockM;

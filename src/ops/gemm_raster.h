@@ -92,6 +92,19 @@ RasterChoice evaluate_order(const RasterProblem& p, bool along_n, uint32_t run, 
 std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32_t run, int group,
                                     RasterChoice* described = nullptr);
 
+// Grouped over M with about slots_per_group >= kExpertClaimMinSlots slots per group (the uniform
+// guess; not grouped-K): runs of one slot down M, claimed in groups of slots_per_group runs -- about
+// one group's slots, n-major, so they take every n block of their group's B together. The estimate
+// does not see why this wins (it prices these orders within 1 % of its choice, with 7-15 % more
+// bytes); measured on the H100 (twenty-sixth session, alternated with the planner's order in one
+// process, 50 reps, noise 0.1-0.8 %): issue 3's skewed 32-expert gate+up (K = 7168) +5.3 % (B [N, K])
+// / +8.0 % (B [K, N]) over runs of 2 along N, down (K = 2048, B [N, K]) +1.8 %; 32 equal groups of
+// 768 rows -1.0..+0.8 %; the MoE forward's GEMM1 / GEMM2 (DeepSeek-V3 proxy, T = 4096) with groups
+// of 6: -2.5 %. Not where tails merge in kosmos::Gemm (merged, the same orders lost 0-3 %), nor at
+// two slots per group (the Qwen3 proxy's GEMM1 in groups of 2: +7 % time). 0 where it does not apply.
+inline constexpr int kExpertClaimMinSlots = 4;
+int expert_claim_group(const RasterProblem& p);
+
 // The raster problem of m blocks [m_begin, m_end) of a planned GEMM (block sizes from its tile
 // shape and K; the tile time at the engine's measured ~730 TFLOP/s over 132 SMs). Grouped: slots
 // per group and real slots from a uniform split of the rows (see gemm_raster.cpp); grouped-K: the

@@ -222,13 +222,16 @@ inline bool decode_regime(const MoeConfig& cfg) {
 // models one rank's CTAs with the whole L2, while W virtual ranks share it (Qwen3 W = 8: the
 // planner's runs of 8 / 4 ran 24.98 ms, the makespan's 4 / 16 24.13 ms, one rep each).
 // override_run > 0: runs of that length, one per step (the order before the sixth session).
-// override_group > 0: that many runs per step, whatever the run length.
+// override_group > 0: that many runs per step, whatever the run length. expert_groups (the forward):
+// where ops::expert_claim_group applies, runs of one slot in groups of that many (about one expert's
+// slots) instead of the planner's choice (measured on the DeepSeek-V3 proxy's forward, see there).
 struct SlotRaster {
   uint32_t run = 1, group = 1;
   std::string describe;
 };
 inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expected_rows, int64_t est_tiles, int n_tiles,
-                              int world, int ctas_per_rank, bool decode, int override_run, int override_group = 0) {
+                              int world, int ctas_per_rank, bool decode, int override_run, int override_group = 0,
+                              bool expert_groups = false) {
   SlotRaster r;
   ctas_per_rank = std::max(1, ctas_per_rank);
   if (override_run > 0 || decode || world > 1) {
@@ -245,6 +248,11 @@ inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expect
     r.run = choice.run;
     r.group = uint32_t(std::max(1, choice.group));
     r.describe = choice.describe();
+    if (const int g = expert_groups ? ops::expert_claim_group(rp) : 0; g > 0) {
+      r.run = 1;
+      r.group = uint32_t(g);
+      r.describe += "; taken: runs of 1 in groups of " + std::to_string(g) + " (one expert's slots)";
+    }
   }
   if (override_group > 0) {
     r.group = uint32_t(override_group);

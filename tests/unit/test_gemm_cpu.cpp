@@ -295,6 +295,53 @@ TEST(GemmCpu, ImposedClaimOrdersGiveTheSameResult) {
   EXPECT_NE(st.message().find("claim_order.group"), std::string::npos) << st.message();
 }
 
+// Grouped with about four or more slots per group and tails in tiles of their own: the default plan
+// claims runs of one slot in groups of one group's slots (ops::expert_claim_group), says so, and
+// computes what an imposed order computes, bit for bit, and what fp64 gives.
+TEST(GemmCpu, GroupedLargeGroupsClaimOneGroupsSlotsAtATime) {
+  const int G = 3;
+  std::vector<int> gm = {900, 0, 700}, off = {0, 900, 900};  // 13 row blocks over 3 groups: 4 slots per group
+  const int64_t rows = 1600, n = 296, k = 40;
+  auto a = random_bf16(size_t(rows) * k, 11), b = random_bf16(size_t(G) * k * n, 12);
+  GemmArguments g;
+  g.a = a.data();
+  g.lda = k;
+  g.b = b.data();
+  g.ldb = n;
+  g.ldc = n;
+  g.m = rows;
+  g.n = n;
+  g.k = k;
+  g.num_groups = G;
+  g.group_m = gm.data();
+  g.group_offset = off.data();
+  GemmOptions o;
+  o.cpu = true;
+  o.merge_tails = GemmMergeTails::kOff;
+  std::vector<uint16_t> c(size_t(rows) * n, 0x7FC1), c_set = c;
+  g.c = c.data();
+  std::unique_ptr<Gemm> plan;
+  const Status st = Gemm::plan(g, o, &plan);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_NE(plan->raster().find("runs of 1 along M"), std::string::npos) << plan->raster();
+  EXPECT_NE(plan->raster().find("one group's slots per claim"), std::string::npos) << plan->raster();
+  ASSERT_TRUE(plan->run().is_ok());
+  o.claim_order = GemmClaimOrder{2, true, 2};
+  g.c = c_set.data();
+  ASSERT_TRUE(Gemm::plan(g, o, &plan).is_ok());
+  EXPECT_EQ(plan->raster().find("one group's slots per claim"), std::string::npos) << plan->raster();
+  ASSERT_TRUE(plan->run().is_ok());
+  EXPECT_EQ(c, c_set);
+  for (int grp = 0; grp < G; ++grp)
+    for (int r = 0; r < gm[grp]; r += 37)
+      for (int64_t j = 0; j < n; j += 13) {
+        const int64_t row = off[grp] + r;
+        double ref = 0;
+        for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(a[row * k + kk])) * bf16_to_float(b[(grp * k + kk) * n + j]);
+        ASSERT_NEAR(bf16_to_float(c[row * n + j]), ref, 2e-2 * (1 + std::abs(ref))) << "group " << grp << " row " << r;
+      }
+}
+
 // kGemmEpiSavePreact (the MoE forward keeps GEMM1's pre-activation for the backward): the engine's
 // host tile stores bf16(acc) for all n columns into c_aux, and the SwiGLU output into c is the
 // one computed without the flag, bit for bit; bad descriptors are named.

@@ -267,6 +267,16 @@ TEST(GemmRaster, DeepSeekGroupedShapesPrintTheirChoice) {
     std::printf("moe N = %d, K = %d: %s\n  before: %s\n", n, k, c.describe().c_str(), seen->describe().c_str());
     EXPECT_LE(c.est_seconds, 1.01 * seen->est_seconds);  // the choice may trade 1 % of time for bytes
     EXPECT_LT(2 * c.est_hbm_bytes, seen->est_hbm_bytes);
+    // Six slots per group: kosmos::Gemm (tails separate) and the MoE forward claim one group's slots
+    // at a time; not two slots per group, nor grouped-K, nor dense.
+    EXPECT_EQ(expert_claim_group(p), 6);
+    RasterProblem two = p;
+    two.slots_per_group = 2;
+    EXPECT_EQ(expert_claim_group(two), 0);
+    two.slots_per_group = 6;
+    two.exact_groups = true;
+    EXPECT_EQ(expert_claim_group(two), 0);
+    EXPECT_EQ(expert_claim_group(dense), 0);
   }
 }
 
