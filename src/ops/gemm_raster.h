@@ -96,12 +96,16 @@ std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32
 // guess; not grouped-K): runs of one slot down M, claimed in groups of slots_per_group runs -- about
 // one group's slots, n-major, so they take every n block of their group's B together. The estimate
 // does not see why this wins (it prices these orders within 1 % of its choice, with 7-15 % more
-// bytes); measured on the H100 (twenty-sixth session, alternated with the planner's order in one
-// process, 50 reps, noise 0.1-0.8 %): issue 3's skewed 32-expert gate+up (K = 7168) +5.3 % (B [N, K])
-// / +8.0 % (B [K, N]) over runs of 2 along N, down (K = 2048, B [N, K]) +1.8 %; 32 equal groups of
-// 768 rows -1.0..+0.8 %; the MoE forward's GEMM1 / GEMM2 (DeepSeek-V3 proxy, T = 4096) with groups
-// of 6: -2.5 %. Not where tails merge in kosmos::Gemm (merged, the same orders lost 0-3 %), nor at
-// two slots per group (the Qwen3 proxy's GEMM1 in groups of 2: +7 % time). 0 where it does not apply.
+// bytes). Measured on the H100 (twenty-sixth session; each against the planner's former order in one
+// process, alternated, 50 reps; two launchers of the same plan differ by 0.1-0.8 %): issue 3's skewed
+// 32-expert gate+up (K = 7168) +5.3 / +8.2 % (B [N, K], two calls), +8.0 / +4.3 % (B [K, N]); its down
+// (K = 2048, B [N, K]) +1.8 / +6.4 %; 32 equal groups of 768 rows -1.0..+0.8 %; with normal instead
+// of uniform operands (gemm_engine_bench --data normal) -0.8 / -0.4 %, a tie (our guess: at the lower
+// clocks those operands bring, the tensor pipe limits and the order no longer does). The MoE forward
+// (DeepSeek-V3 proxy, T = 4096) in groups of 8: 5.72 / 5.71 -> 5.51 / 5.39 ms; its saved backward
+// 10.92 / 10.95 -> 10.53 / 10.55 ms. Not where tails merge in kosmos::Gemm (merged, the same orders
+// lost 0-3 %), nor at two slots per group (the Qwen3 proxy's GEMM1 in groups of 2: +7 % time).
+// 0 where it does not apply.
 inline constexpr int kExpertClaimMinSlots = 4;
 int expert_claim_group(const RasterProblem& p);
 

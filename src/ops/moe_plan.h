@@ -222,9 +222,10 @@ inline bool decode_regime(const MoeConfig& cfg) {
 // models one rank's CTAs with the whole L2, while W virtual ranks share it (Qwen3 W = 8: the
 // planner's runs of 8 / 4 ran 24.98 ms, the makespan's 4 / 16 24.13 ms, one rep each).
 // override_run > 0: runs of that length, one per step (the order before the sixth session).
-// override_group > 0: that many runs per step, whatever the run length. expert_groups (the forward):
-// where ops::expert_claim_group applies, runs of one slot in groups of that many (about one expert's
-// slots) instead of the planner's choice (measured on the DeepSeek-V3 proxy's forward, see there).
+// override_group > 0: that many runs per step, whatever the run length. expert_groups: where
+// ops::expert_claim_group applies, runs of one slot in groups of that many (about one expert's slots)
+// instead of the planner's choice (the forward's GEMM1 / GEMM2 and the backward's H1 / dA' / dX;
+// measured on the DeepSeek-V3 proxy, see ops::expert_claim_group and moe_backward.cpp).
 struct SlotRaster {
   uint32_t run = 1, group = 1;
   std::string describe;
