@@ -17,7 +17,7 @@ echo "[grouped nt] rc=$? $(el)"; grep -E "^moe|as kosmos|merge_tails on|dense, s
 for i in 1 2 3; do
   for d in uniform normal; do
     timeout 120 python3 bench/torch_baselines.py grouped-gemm --sizes $L/sizes.json --data $d --json $L/torch-grouped-mm-$d-$g-26th-$i.json > $L/torch-$d-$i.txt 2>&1
-    echo "torch $d $i rc=$? $(el) $(tail -3 $L/torch-$d-$i.txt | head -2 | awk '{printf "%s %s: %s TF/s (dense %s); ", $2, $3, $7, $9}')"
+    echo "torch $d $i rc=$? $(el) $(tail -3 $L/torch-$d-$i.txt | head -2 | awk '{printf "%s: %s TF/s (dense %s); ", $2, $6, $8}')"
   done
 done
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L
