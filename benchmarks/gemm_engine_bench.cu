@@ -232,6 +232,27 @@ unsigned long long mismatches(const void* x, const uint16_t* y, size_t n) {
   return count;
 }
 
+// One kosmos::Gemm plan per operand set with these options (exits with `what` on a planning error),
+// and one run of a plan to completion.
+std::vector<std::unique_ptr<kosmos::Gemm>> plan_each_set(const std::vector<kosmos::GemmArguments>& args,
+                                                         const kosmos::GemmOptions& opt, const char* what) {
+  std::vector<std::unique_ptr<kosmos::Gemm>> out(args.size());
+  for (size_t s = 0; s < args.size(); ++s) {
+    const kosmos::Status st = kosmos::Gemm::plan(args[s], opt, &out[s]);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "%s: kosmos::Gemm::plan: %s\n", what, st.to_string().c_str());
+      std::exit(1);
+    }
+  }
+  return out;
+}
+void run_once_or_exit(kosmos::Gemm& g, const char* what) {
+  if (!g.run().is_ok() || !g.finish().is_ok()) {
+    std::fprintf(stderr, "%s: kosmos::Gemm run failed\n", what);
+    std::exit(1);
+  }
+}
+
 // --raster-sweep: kosmos::Gemm under every claim order the planner could consider (both directions,
 // every run length up to 16 that changes the number of runs, groups of 1, 2, 4, ... runs), each
 // timed alternately with the planner's own choice on the same rotated operand sets, its C checked
@@ -240,24 +261,11 @@ unsigned long long mismatches(const void* x, const uint16_t* y, size_t n) {
 void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<kosmos::GemmArguments>& args,
                         const GemmParams& p0, size_t c_el, double flops, Row& row) {
   auto plan = [&](const kosmos::GemmClaimOrder& co) {
-    std::vector<std::unique_ptr<kosmos::Gemm>> out(sets);
     kosmos::GemmOptions opt;
     opt.claim_order = co;
-    for (int s = 0; s < sets; ++s) {
-      const kosmos::Status st = kosmos::Gemm::plan(args[s], opt, &out[s]);
-      if (!st.is_ok()) {
-        std::fprintf(stderr, "sweep: kosmos::Gemm::plan: %s\n", st.to_string().c_str());
-        std::exit(1);
-      }
-    }
-    return out;
+    return plan_each_set(args, opt, "sweep");
   };
-  auto run_once = [&](kosmos::Gemm& g) {
-    if (!g.run().is_ok() || !g.finish().is_ok()) {
-      std::fprintf(stderr, "sweep: kosmos::Gemm run failed\n");
-      std::exit(1);
-    }
-  };
+  auto run_once = [](kosmos::Gemm& g) { run_once_or_exit(g, "sweep"); };
   const auto planner = plan({});
   Buf ref(c_el * 2);
   CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
@@ -351,17 +359,7 @@ void sweep_claim_orders(const Options& o, int sms, int sets, const std::vector<k
 // their ratio is the noise floor the others' gains must clear.
 void compare_claim_orders(const Options& o, int sets, const std::vector<kosmos::GemmArguments>& args, size_t c_el,
                           double flops, Row& row) {
-  auto plan = [&](const kosmos::GemmOptions& opt) {
-    std::vector<std::unique_ptr<kosmos::Gemm>> out(sets);
-    for (int s = 0; s < sets; ++s) {
-      const kosmos::Status st = kosmos::Gemm::plan(args[s], opt, &out[s]);
-      if (!st.is_ok()) {
-        std::fprintf(stderr, "compare: kosmos::Gemm::plan: %s\n", st.to_string().c_str());
-        std::exit(1);
-      }
-    }
-    return out;
-  };
+  auto plan = [&](const kosmos::GemmOptions& opt) { return plan_each_set(args, opt, "compare"); };
   struct Entry {
     std::string what;
     std::vector<std::unique_ptr<kosmos::Gemm>> plans;
@@ -381,12 +379,7 @@ void compare_claim_orders(const Options& o, int sets, const std::vector<kosmos::
       if (mt == kosmos::GemmMergeTails::kOn && e.what.find("merged") == std::string::npos) continue;  // not admitted
       all.push_back(std::move(e));
     }
-  auto run_once = [&](kosmos::Gemm& g) {
-    if (!g.run().is_ok() || !g.finish().is_ok()) {
-      std::fprintf(stderr, "compare: kosmos::Gemm run failed\n");
-      std::exit(1);
-    }
-  };
+  auto run_once = [](kosmos::Gemm& g) { run_once_or_exit(g, "compare"); };
   Buf ref(c_el * 2);
   CK(cudaMemset(args[0].c, 0xFF, c_el * 2));
   run_once(*all[0].plans[0]);

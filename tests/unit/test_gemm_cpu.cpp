@@ -19,6 +19,40 @@ struct Case {
   uint32_t epi;
 };
 
+// A grouped problem over `rows` rows of A [rows, k]: groups of gm[g] rows from off[g], B [K, N] per
+// group (or [N, K] with b_t), C [rows, n]; C's pointer is the caller's.
+GemmArguments grouped_args(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<int>& gm,
+                           const std::vector<int>& off, int64_t rows, int64_t n, int64_t k, bool b_t = false) {
+  GemmArguments g;
+  g.a = a.data();
+  g.lda = k;
+  g.b = b.data();
+  g.b_transposed = b_t;
+  g.ldb = b_t ? k : n;
+  g.ldc = n;
+  g.m = rows;
+  g.n = n;
+  g.k = k;
+  g.num_groups = int(gm.size());
+  g.group_m = gm.data();
+  g.group_offset = off.data();
+  return g;
+}
+
+// Every `step`-th row and column of each group of a grouped C (B [K, N]) against fp64.
+void expect_grouped_near_fp64(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<uint16_t>& c,
+                              const std::vector<int>& gm, const std::vector<int>& off, int64_t n, int64_t k,
+                              int row_step = 1, int col_step = 1) {
+  for (size_t grp = 0; grp < gm.size(); ++grp)
+    for (int r = 0; r < gm[grp]; r += row_step)
+      for (int64_t j = 0; j < n; j += col_step) {
+        const int64_t row = off[grp] + r;
+        double ref = 0;
+        for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(a[row * k + kk])) * bf16_to_float(b[(grp * k + kk) * n + j]);
+        ASSERT_NEAR(bf16_to_float(c[row * n + j]), ref, 2e-2 * (1 + std::abs(ref))) << "group " << grp << " row " << r;
+      }
+}
+
 void run_case(const Case& cs, uint64_t seed) {
   const int64_t n_out = (cs.epi & kEpilogueSwiGLU) ? cs.n / 2 : cs.n;
   GemmArguments g;
@@ -118,35 +152,15 @@ TEST(GemmCpu, GroupedWithEmptyGroupsAndDeviceStyleCounts) {
   const int64_t n = 72, k = 40;
   auto a = random_bf16(size_t(rows) * k, 5), b = random_bf16(size_t(G) * k * n, 6);
   std::vector<uint16_t> c(size_t(rows) * n, 0x7FC1);
-  GemmArguments g;
-  g.a = a.data();
-  g.lda = k;
-  g.b = b.data();
-  g.ldb = n;
+  GemmArguments g = grouped_args(a, b, gm, off, rows, n, k);
   g.c = c.data();
-  g.ldc = n;
-  g.m = rows;
-  g.n = n;
-  g.k = k;
-  g.num_groups = G;
-  g.group_m = gm.data();
-  g.group_offset = off.data();
   GemmOptions o;
   o.cpu = true;
   std::unique_ptr<Gemm> plan;
   Status s = Gemm::plan(g, o, &plan);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   ASSERT_TRUE(plan->run().is_ok());
-  for (int grp = 0; grp < G; ++grp) {
-    for (int r = 0; r < gm[grp]; ++r) {
-      const int64_t row = off[grp] + r;
-      for (int64_t j = 0; j < n; ++j) {
-        double ref = 0;
-        for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(a[row * k + kk])) * bf16_to_float(b[(grp * k + kk) * n + j]);
-        ASSERT_NEAR(bf16_to_float(c[row * n + j]), ref, 2e-2 * (1 + std::abs(ref))) << "group " << grp << " row " << r;
-      }
-    }
-  }
+  expect_grouped_near_fp64(a, b, c, gm, off, n, k);
   const int64_t gap = off[3] + gm[3];
   for (int64_t j = 0; j < n; ++j) EXPECT_EQ(c[gap * n + j], 0x7FC1) << "gap row written";
   // The same plan with new group sizes (device-computed in real use): all rows to group 0.
@@ -173,19 +187,7 @@ TEST(GemmCpu, GroupedMergedTailsSameResultAsSeparateTiles) {
   auto a = random_bf16(size_t(rows) * k, 21), b = random_bf16(size_t(G) * k * n, 22);
   for (bool b_t : {false, true}) {
     SCOPED_TRACE(b_t ? "B [N, K]" : "B [K, N]");
-    GemmArguments g;
-    g.a = a.data();
-    g.lda = k;
-    g.b = b.data();
-    g.b_transposed = b_t;
-    g.ldb = b_t ? k : n;
-    g.m = rows;
-    g.n = n;
-    g.k = k;
-    g.ldc = n;
-    g.num_groups = G;
-    g.group_m = gm.data();
-    g.group_offset = off.data();
+    GemmArguments g = grouped_args(a, b, gm, off, rows, n, k, b_t);
     std::vector<uint16_t> c[2];
     for (int merge = 0; merge < 2; ++merge) {
       c[merge].assign(size_t(rows) * n, 0x7FC1);
@@ -303,18 +305,7 @@ TEST(GemmCpu, GroupedLargeGroupsClaimOneGroupsSlotsAtATime) {
   std::vector<int> gm = {900, 0, 700}, off = {0, 900, 900};  // 13 row blocks over 3 groups: 4 slots per group
   const int64_t rows = 1600, n = 296, k = 40;
   auto a = random_bf16(size_t(rows) * k, 11), b = random_bf16(size_t(G) * k * n, 12);
-  GemmArguments g;
-  g.a = a.data();
-  g.lda = k;
-  g.b = b.data();
-  g.ldb = n;
-  g.ldc = n;
-  g.m = rows;
-  g.n = n;
-  g.k = k;
-  g.num_groups = G;
-  g.group_m = gm.data();
-  g.group_offset = off.data();
+  GemmArguments g = grouped_args(a, b, gm, off, rows, n, k);
   GemmOptions o;
   o.cpu = true;
   o.merge_tails = GemmMergeTails::kOff;
@@ -332,14 +323,7 @@ TEST(GemmCpu, GroupedLargeGroupsClaimOneGroupsSlotsAtATime) {
   EXPECT_EQ(plan->raster().find("one group's slots per claim"), std::string::npos) << plan->raster();
   ASSERT_TRUE(plan->run().is_ok());
   EXPECT_EQ(c, c_set);
-  for (int grp = 0; grp < G; ++grp)
-    for (int r = 0; r < gm[grp]; r += 37)
-      for (int64_t j = 0; j < n; j += 13) {
-        const int64_t row = off[grp] + r;
-        double ref = 0;
-        for (int64_t kk = 0; kk < k; ++kk) ref += double(bf16_to_float(a[row * k + kk])) * bf16_to_float(b[(grp * k + kk) * n + j]);
-        ASSERT_NEAR(bf16_to_float(c[row * n + j]), ref, 2e-2 * (1 + std::abs(ref))) << "group " << grp << " row " << r;
-      }
+  expect_grouped_near_fp64(a, b, c, gm, off, n, k, 37, 13);
 }
 
 // kGemmEpiSavePreact (the MoE forward keeps GEMM1's pre-activation for the backward): the engine's
