@@ -95,8 +95,10 @@ std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32
 // Grouped over M with about slots_per_group >= kExpertClaimMinSlots slots per group (the uniform
 // guess; not grouped-K): runs of one slot down M, claimed in groups of slots_per_group runs -- about
 // one group's slots, n-major, so they take every n block of their group's B together. The estimate
-// does not see why this wins (it prices these orders within 1 % of its choice, with 7-15 % more
-// bytes). Measured on the H100 (twenty-sixth session; each against the planner's former order in one
+// prices these orders within 1 % of its choice with 7-15 % more bytes, and it is the estimate that
+// errs: ncu (free clocks, gate+up B [N, K]) read 3.8-3.9 GB from DRAM in this order (estimated 3.79)
+// against 4.6-5.2 GB for its former choice, runs of 2 along N in groups of 8 (estimated 3.45): the
+// lockstep model has the CTAs of a wave walk their runs in step, which they do not. Measured on the H100 (twenty-sixth session; each against the planner's former order in one
 // process, alternated, 50 reps; two launchers of the same plan differ by 0.1-0.8 %): issue 3's skewed
 // 32-expert gate+up (K = 7168) +5.3 / +8.2 % (B [N, K], two calls), +8.0 / +4.3 % (B [K, N]); its down
 // (K = 2048, B [N, K]) +1.8 / +6.4 %; 32 equal groups of 768 rows -1.0..+0.8 %; with normal instead
