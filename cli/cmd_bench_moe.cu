@@ -91,7 +91,7 @@ void add_bench_moe(CLI::App& bench) {
                   "Forward claim order: queue each GEMM2 step this many GEMM1 steps after its inputs (0: chosen; "
                   "a large value: all GEMM2 after all GEMM1)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gemm1-run", o->gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen with the claim groups; set: one run per claim group)")->check(CLI::Range(0, 16));
+  cmd->add_option("--gemm1-run", o->gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen with the claim groups; set: one run per claim group unless --gemm1-group)")->check(CLI::Range(0, 16));
   cmd->add_option("--gemm1-group", o->gemm1_group,
                   "Forward: GEMM1 slot runs per claim group (claimed n-major, so they read each weight block together; 0: chosen)")
       ->check(CLI::Range(0, 1024));

@@ -88,7 +88,7 @@ struct MoeConfig {
   // the unfused order inside one launch). A step is a claim group of slot runs (ops::moe::SlotSteps).
   int gemm2_lag = 0;
   // Forward: worst-case slots per GEMM1 task, 1..16 (0: chosen with the claim group by the raster
-  // planner; a set value claims its runs one at a time).
+  // planner; a set value claims its runs one at a time unless gemm1_group is set too).
   int gemm1_run = 0;
   int gemm2_run = 0;    // forward: the same for GEMM2
   // Forward: slot runs per claim group of GEMM1 / GEMM2 (a group's tiles are claimed n-major, so its

@@ -98,16 +98,16 @@ std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32
 // prices these orders within 1 % of its choice with 7-15 % more bytes, and it is the estimate that
 // errs: ncu (free clocks, gate+up B [N, K]) read 3.8-3.9 GB from DRAM in this order (estimated 3.79)
 // against 4.6-5.2 GB for its former choice, runs of 2 along N in groups of 8 (estimated 3.45): the
-// lockstep model has the CTAs of a wave walk their runs in step, which they do not. Measured on the H100 (twenty-sixth session; each against the planner's former order in one
-// process, alternated, 50 reps; two launchers of the same plan differ by 0.1-0.8 %): issue 3's skewed
+// lockstep model has the CTAs of a wave walk their runs in step, which they do not.
+// Measured on the H100 (twenty-sixth session; each against the planner's former order in one process,
+// alternated, 50 reps; two launchers of the same plan differ by 0.1-0.8 %): issue 3's skewed
 // 32-expert gate+up (K = 7168) +5.3 / +8.2 % (B [N, K], two calls), +8.0 / +4.3 % (B [K, N]); its down
-// (K = 2048, B [N, K]) +1.8 / +6.4 %; 32 equal groups of 768 rows -1.0..+0.8 %; with normal instead
-// of uniform operands (gemm_engine_bench --data normal) -0.8 / -0.4 %, a tie (our guess: at the lower
-// clocks those operands bring, the tensor pipe limits and the order no longer does). The MoE forward
-// (DeepSeek-V3 proxy, T = 4096) in groups of 8: 5.72 / 5.71 -> 5.51 / 5.39 ms; its saved backward
-// 10.92 / 10.95 -> 10.53 / 10.55 ms. Not where tails merge in kosmos::Gemm (merged, the same orders
-// lost 0-3 %), nor at two slots per group (the Qwen3 proxy's GEMM1 in groups of 2: +7 % time).
-// 0 where it does not apply.
+// (K = 2048, B [N, K]) +1.8 / +6.4 %; 32 equal groups of 768 rows -1.0..+0.8 %; with normal instead of
+// uniform operands (gemm_engine_bench --data normal), back to back, -0.8 / -0.4 %: a tie at the lower
+// clocks those operands bring. The MoE forward (DeepSeek-V3 proxy, T = 4096) in groups of 8: 5.72 /
+// 5.71 -> 5.51 / 5.39 ms; its saved backward 10.92 / 10.95 -> 10.53 / 10.55 ms. Not where tails merge
+// in kosmos::Gemm (merged, the same orders lost 0-3 %), nor at two slots per group (the Qwen3 proxy's
+// GEMM1 in groups of 2: +7 % time). 0 where it does not apply.
 inline constexpr int kExpertClaimMinSlots = 4;
 int expert_claim_group(const RasterProblem& p);
 

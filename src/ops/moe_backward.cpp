@@ -143,7 +143,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   const bool decode = decode_regime(cfg);
   const int g1_n_tiles = (saved ? 0 : pp[kH1].num_n_tiles) + pp[kDAct].num_n_tiles;  // per slot run
   const SlotRaster raster = slot_raster(pp[kH1], int64_t(T) * k, est_tiles, g1_n_tiles, int(W), ctas / int(W), decode,
-                                       cfg.backward_run, cfg.backward_group, true);
+                                       cfg.backward_run, cfg.backward_group);
   const uint32_t run = raster.run;
   const SlotRuns runs = make_slot_runs(uint32_t(slots), run, est_tiles);  // one swiglu_backward task per run
   const SlotSteps steps{runs, raster.group};

@@ -421,9 +421,9 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const bool decode = ops::moe::decode_regime(cfg);
   const int64_t expected_rows = int64_t(T) * k;  // a rank's rows under uniform routing
   const ops::moe::SlotRaster r1 =
-      ops::moe::slot_raster(p1, expected_rows, est_tiles, p1.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm1_run, cfg.gemm1_group, true);
+      ops::moe::slot_raster(p1, expected_rows, est_tiles, p1.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm1_run, cfg.gemm1_group);
   const ops::moe::SlotRaster r2 =
-      ops::moe::slot_raster(p2, expected_rows, est_tiles, p2.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm2_run, cfg.gemm2_group, true);
+      ops::moe::slot_raster(p2, expected_rows, est_tiles, p2.num_n_tiles, int(W), ctas / int(W), decode, cfg.gemm2_run, cfg.gemm2_group);
   const uint32_t run = r1.run;
   const ops::moe::SlotRuns runs = ops::moe::make_slot_runs(uint32_t(slots), run, est_tiles);
   const ops::moe::SlotSteps steps1{runs, r1.group};

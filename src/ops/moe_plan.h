@@ -222,17 +222,16 @@ inline bool decode_regime(const MoeConfig& cfg) {
 // models one rank's CTAs with the whole L2, while W virtual ranks share it (Qwen3 W = 8: the
 // planner's runs of 8 / 4 ran 24.98 ms, the makespan's 4 / 16 24.13 ms, one rep each).
 // override_run > 0: runs of that length, one per step (the order before the sixth session).
-// override_group > 0: that many runs per step, whatever the run length. expert_groups: where
-// ops::expert_claim_group applies, runs of one slot in groups of that many (about one expert's slots)
-// instead of the planner's choice (the forward's GEMM1 / GEMM2 and the backward's H1 / dA' / dX;
-// measured on the DeepSeek-V3 proxy, see ops::expert_claim_group and moe_backward.cpp).
+// Where ops::expert_claim_group applies (and no run is set), runs of one slot in groups of that many
+// (about one expert's slots) instead of the planner's choice (measured on the forward's GEMM1 / GEMM2
+// and the backward's H1 / dA' / dX: see ops::expert_claim_group and moe_backward.cpp).
+// override_group > 0: that many runs per step, whatever the run length.
 struct SlotRaster {
   uint32_t run = 1, group = 1;
   std::string describe;
 };
 inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expected_rows, int64_t est_tiles, int n_tiles,
-                              int world, int ctas_per_rank, bool decode, int override_run, int override_group = 0,
-                              bool expert_groups = false) {
+                              int world, int ctas_per_rank, bool decode, int override_run, int override_group = 0) {
   SlotRaster r;
   ctas_per_rank = std::max(1, ctas_per_rank);
   if (override_run > 0 || decode || world > 1) {
@@ -249,7 +248,7 @@ inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expect
     r.run = choice.run;
     r.group = uint32_t(std::max(1, choice.group));
     r.describe = choice.describe();
-    if (const int g = expert_groups ? ops::expert_claim_group(rp) : 0; g > 0) {
+    if (const int g = ops::expert_claim_group(rp); g > 0) {
       r.run = 1;
       r.group = uint32_t(g);
       r.describe += "; taken: runs of 1 in groups of " + std::to_string(g) + " (one expert's slots)";
