@@ -238,7 +238,8 @@ std::vector<GemmRun> plan_gemm_runs(const RasterProblem& p, RasterChoice* chosen
 }
 
 int expert_claim_group(const RasterProblem& p) {
-  return !p.exact_groups && p.slots_per_group >= kExpertClaimMinSlots ? p.slots_per_group : 0;
+  const int spg = p.slots_per_group;
+  return !p.exact_groups && spg >= kExpertClaimMinSlots && spg <= kExpertClaimMaxSlots ? spg : 0;
 }
 
 RasterProblem raster_problem(const kernels::gemm::GemmParams& p, int m_begin, int m_end, int ctas, int64_t expected_rows) {

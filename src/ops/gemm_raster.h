@@ -92,7 +92,7 @@ RasterChoice evaluate_order(const RasterProblem& p, bool along_n, uint32_t run, 
 std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32_t run, int group,
                                     RasterChoice* described = nullptr);
 
-// Grouped over M with about slots_per_group >= kExpertClaimMinSlots slots per group (the uniform
+// Grouped over M with about kExpertClaimMinSlots..kExpertClaimMaxSlots slots per group (the uniform
 // guess; not grouped-K): runs of one slot down M, claimed in groups of slots_per_group runs -- about
 // one group's slots, n-major, so they take every n block of their group's B together. The estimate
 // prices these orders within 1 % of its choice with 7-15 % more bytes, and it is the estimate that
@@ -107,8 +107,12 @@ std::vector<GemmRun> make_gemm_runs(const RasterProblem& p, bool along_n, uint32
 // clocks those operands bring. The MoE forward (DeepSeek-V3 proxy, T = 4096) in groups of 8: 5.72 /
 // 5.71 -> 5.51 / 5.39 ms; its saved backward 10.92 / 10.95 -> 10.53 / 10.55 ms. Not where tails merge
 // in kosmos::Gemm (merged, the same orders lost 0-3 %), nor at two slots per group (the Qwen3 proxy's
-// GEMM1 in groups of 2: +7 % time). 0 where it does not apply.
+// GEMM1 in groups of 2: +7 % time), nor past 16 slots per group, the largest measured (DeepSeek-V3
+// T = 8192): a claim group's n-major walk puts a slot's next tile slots_per_group claims after its
+// last, so with a few large groups (one group of 200 slots, say) each A row block would be re-read
+// for every n block; the planner's order stays there. 0 where it does not apply.
 inline constexpr int kExpertClaimMinSlots = 4;
+inline constexpr int kExpertClaimMaxSlots = 16;
 int expert_claim_group(const RasterProblem& p);
 
 // The raster problem of m blocks [m_begin, m_end) of a planned GEMM (block sizes from its tile

@@ -273,6 +273,10 @@ TEST(GemmRaster, DeepSeekGroupedShapesPrintTheirChoice) {
     RasterProblem two = p;
     two.slots_per_group = 2;
     EXPECT_EQ(expert_claim_group(two), 0);
+    two.slots_per_group = 16;
+    EXPECT_EQ(expert_claim_group(two), 16);
+    two.slots_per_group = 17;  // past the measured range: a few large groups keep the planner's order
+    EXPECT_EQ(expert_claim_group(two), 0);
     two.slots_per_group = 6;
     two.exact_groups = true;
     EXPECT_EQ(expert_claim_group(two), 0);
