@@ -633,32 +633,15 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   r.err = rel_diff(*C[0], Cref, c_el);
   // The product path: kosmos::Gemm (the persistent runtime, the claim order of ops::plan_gemm_runs),
   // one plan per operand set, verified against cuBLAS grouped like the engine above.
-  // One kosmos::Gemm plan per operand set (`edit` adjusts each set's arguments first).
-  auto plan_sets = [&](const char* what, auto&& edit, kosmos::GemmOptions opt = {}) {
-    std::vector<std::unique_ptr<kosmos::Gemm>> out(sets);
-    for (int s = 0; s < sets; ++s) {
-      kosmos::GemmArguments d = args[s];
-      edit(d);
-      const kosmos::Status st = kosmos::Gemm::plan(d, opt, &out[s]);
-      if (!st.is_ok()) {
-        std::fprintf(stderr, "kosmos::Gemm::plan (%s): %s\n", what, st.to_string().c_str());
-        std::exit(1);
-      }
-    }
-    return out;
-  };
   // Tails in tiles of their own (GemmMergeTails::kOff), and merged (kOn) below; the default (kAuto)
   // picks one of the two by K.
   kosmos::GemmOptions separate;
   separate.merge_tails = kosmos::GemmMergeTails::kOff;
   separate.claim_order = o.claim;
-  const std::vector<std::unique_ptr<kosmos::Gemm>> plans = plan_sets("grouped", [](kosmos::GemmArguments&) {}, separate);
+  const std::vector<std::unique_ptr<kosmos::Gemm>> plans = plan_each_set(args, separate, "grouped");
   CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
   CK(cudaDeviceSynchronize());
-  if (!plans[0]->run().is_ok() || !plans[0]->finish().is_ok()) {
-    std::fprintf(stderr, "kosmos::Gemm run failed\n");
-    std::exit(1);
-  }
+  run_once_or_exit(*plans[0], "grouped");
   r.err = std::max(r.err, rel_diff(*C[0], Cref, c_el));
   r.rt_raster = plans[0]->raster();
   // The same with merged tails (GemmOptions::merge_tails; B [K, N] only, the op kernel's merging
@@ -666,33 +649,25 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   kosmos::GemmOptions merge;
   merge.merge_tails = kosmos::GemmMergeTails::kOn;
   merge.claim_order = o.claim;
-  const std::vector<std::unique_ptr<kosmos::Gemm>> merged = plan_sets("grouped, tails merged", [](kosmos::GemmArguments&) {}, merge);
+  const std::vector<std::unique_ptr<kosmos::Gemm>> merged = plan_each_set(args, merge, "grouped, tails merged");
   r.rt_merged_raster = merged[0]->raster();
-  {
-    std::unique_ptr<kosmos::Gemm> by_default;  // what the default options plan (one set is enough)
-    const kosmos::Status st = kosmos::Gemm::plan(args[0], kosmos::GemmOptions{}, &by_default);
-    if (!st.is_ok()) {
-      std::fprintf(stderr, "kosmos::Gemm::plan (grouped, default): %s\n", st.to_string().c_str());
-      std::exit(1);
-    }
-    r.rt_default_merges = by_default->raster().find("merged") != std::string::npos;
-  }
+  // What the default options plan (one set is enough).
+  r.rt_default_merges = plan_each_set({args[0]}, {}, "grouped, default")[0]->raster().find("merged") != std::string::npos;
   {
     Buf plain_c(c_el * 2);
     CK(cudaMemcpy(plain_c.p, C[0]->p, c_el * 2, cudaMemcpyDeviceToDevice));
     CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
-    if (!merged[0]->run().is_ok() || !merged[0]->finish().is_ok()) {
-      std::fprintf(stderr, "kosmos::Gemm run (tails merged) failed\n");
-      std::exit(1);
-    }
+    run_once_or_exit(*merged[0], "grouped, tails merged");
     r.rt_merged_equal = mismatches(C[0]->p, plain_c.h(), c_el) == 0;
   }
   // Our own dense GEMM of the same total M (every row times expert 0's weights): what grouping costs
   // the engine (padding of each group's last block, per-group B blocks), apart from the engine itself.
-  const std::vector<std::unique_ptr<kosmos::Gemm>> dense = plan_sets("dense", [](kosmos::GemmArguments& d) {
+  std::vector<kosmos::GemmArguments> dense_args = args;
+  for (kosmos::GemmArguments& d : dense_args) {
     d.num_groups = 0;
     d.group_m = d.group_offset = nullptr;
-  });
+  }
+  const std::vector<std::unique_ptr<kosmos::Gemm>> dense = plan_each_set(dense_args, {}, "dense");
   // All five alternate repetition by repetition (time_medians).
   const std::vector<float> t = time_medians(
       o.reps, sets,

@@ -8,19 +8,13 @@
 #    Qwen3 T = 4096 forward; then keep5's traced Qwen3 backward (per-phase SM time; main25's is in
 #    call 1's log).
 # 3. keep5's whole GPU suite, engine tests and nccl one-rank tests.
-set -u
-start=$(date +%s)
-el() { echo "($(($(date +%s) - start)) s)"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+. "$(dirname "$0")/device_lib.sh"
+device_start
 E=$(scripts/variants.sh unpack keep5 gemm_engine_test) || exit 1
 T=$(scripts/variants.sh unpack keep5 kosmos_gpu_tests) || exit 1
 K=$(scripts/variants.sh unpack keep5 kosmos) || exit 1
-timeout 120 "$E" --gtest_filter='*KeptOperands*' > $OUT/engine-kept.txt 2>&1
-echo "engine kept rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/engine-kept.txt | tr '\n' ';') $(el)"
-grep -A3 "Failure" $OUT/engine-kept.txt | cut -c1-300 | head -12
-timeout 150 "$T" --gtest_filter='GpuMoeBackwardLarge.WeightGradient*:*GpuMoeBackward.*/W1_Uniform' > $OUT/moe-bwd.txt 2>&1
-echo "moe bwd rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/moe-bwd.txt | tr '\n' ';') $(el)"
-grep -A3 "Failure" $OUT/moe-bwd.txt | cut -c1-300 | head -12
+gtest_step engine-kept 120 "$E" '*KeptOperands*'
+gtest_step moe-bwd 150 "$T" 'GpuMoeBackwardLarge.WeightGradient*:*GpuMoeBackward.*/W1_Uniform'
 if ! grep -q "PASSED" $OUT/engine-kept.txt || ! grep -q "PASSED" $OUT/moe-bwd.txt || grep -q FAILED $OUT/engine-kept.txt $OUT/moe-bwd.txt; then
   echo "correctness failed: no timing"; exit 1
 fi

@@ -7,11 +7,8 @@
 # 2. Issue 3's grouped case, B [K, N] and B [N, K]: separate tiles, merged, and which one the default
 #    plans (kAuto: K <= 4096), with torch._grouped_mm on the same group sizes.
 # 3. final25 against main25, alternated, two rounds: Qwen3 T = 4096 saved backward and forward.
-set -u
-start=$(date +%s)
-el() { echo "($(($(date +%s) - start)) s)"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-g=$(grep -q H200 $OUT/gpu.txt && echo h200 || echo h100)
+. "$(dirname "$0")/device_lib.sh"
+device_start
 scripts/variants.sh tests final25 > $OUT/tests.txt 2>&1
 echo "tests rc=$? $(el)"; grep -E "PASSED|FAILED|passed|failed|TIMEOUT" $OUT/tests.txt | head -12
 mv $OUT/results.tgz $OUT/tests-logs.tgz 2> /dev/null

@@ -5,10 +5,8 @@
 # verification runs, then per rep: separate tiles, dense of the same rows, merged), and on
 # torch._grouped_mm's CUTLASS kernel for the same group sizes.
 #   run(command="scripts/call25e.sh", carry=["build/variants/final25"])
-set -u
-start=$(date +%s)
-el() { echo "($(($(date +%s) - start)) s)"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+. "$(dirname "$0")/device_lib.sh"
+device_start
 B=$(scripts/variants.sh unpack final25 gemm_engine_bench) || exit 1
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_active.avg
 timeout 240 ncu --clock-control none -k regex:persistent_kernel -c 16 --metrics $M "$B" --grouped-only --layout nt --reps 2 \

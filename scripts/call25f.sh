@@ -8,15 +8,12 @@
 # dense problem of the same rows (24576 x 4096 x 7168, B read by 192 row blocks) as the control.
 #   run(command="scripts/call25f.sh", carry=["build/variants/final25"])
 # First the engine's kept-operand test (its cases were folded into one list after call 3).
-set -u
-start=$(date +%s)
-el() { echo "($(($(date +%s) - start)) s)"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+. "$(dirname "$0")/device_lib.sh"
+device_start
 B=$(scripts/variants.sh unpack final25 gemm_engine_bench) || exit 1
 K=$(scripts/variants.sh unpack final25 kosmos) || exit 1
 E=$(scripts/variants.sh unpack final25 gemm_engine_test) || exit 1
-timeout 60 "$E" --gtest_filter='*KeptOperands*' > $OUT/engine-kept.txt 2>&1  # the test's cases folded into one list since call 3
-echo "engine kept rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/engine-kept.txt | tr '\n' ';') $(el)"
+gtest_step engine-kept 60 "$E" '*KeptOperands*'  # the test's cases folded into one list since call 3
 timeout 200 "$B" --dense-only --pair-b --run 1 --reps 20 --shapes 768x131072x7168,24576x4096x7168 --json $OUT/pair-b-reuse.json > $OUT/pair-b-reuse.txt 2>&1
 echo "engine --pair-b rc=$? $(el)"; tail -6 $OUT/pair-b-reuse.txt
 timeout 200 "$K" bench gemm --layout nt --shapes 768x131072x7168,24576x4096x7168 --json $OUT/bench-gemm-reuse.json > $OUT/bench-gemm-reuse.txt 2>&1

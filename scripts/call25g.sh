@@ -8,10 +8,8 @@
 # first the grouped case with 32 equal groups of 768 rows (--uniform-groups: no skew, no tails).
 # (final25's gemm_engine_bench.xz here is ef068b3's plus --uniform-groups, packed before its commit.)
 #   run(command="scripts/call25g.sh", carry=["build/variants/final25"])
-set -u
-start=$(date +%s)
-el() { echo "($(($(date +%s) - start)) s)"; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+. "$(dirname "$0")/device_lib.sh"
+device_start
 B=$(scripts/variants.sh unpack final25 gemm_engine_bench) || exit 1
 K=$(scripts/variants.sh unpack final25 kosmos) || exit 1
 M=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed

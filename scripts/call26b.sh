@@ -23,18 +23,8 @@ timeout 120 python3 bench/torch_baselines.py grouped-gemm --sizes $L/sizes.json 
 echo "torch rc=$? $(el)"; tail -4 $L/torch-grouped.txt
 # (2) MoE forward: tag:args (spaces as commas)
 CASES="q0:--model,qwen3-235b q1g2:--model,qwen3-235b,--gemm1-group,2 q1g3:--model,qwen3-235b,--gemm1-group,3 q12g2:--model,qwen3-235b,--gemm1-group,2,--gemm2-group,2 d0:--model,deepseek-v3 d1g6:--model,deepseek-v3,--gemm1-group,6 d12g6:--model,deepseek-v3,--gemm1-group,6,--gemm2-group,6"
-for round in 1 2; do
-  for c in $CASES; do
-    tag=${c%%:*}; args=${c#*:}; args=${args//,/ }
-    timeout 90 $K bench moe $args --tokens 4096 --skip-cublas > $L/fwd-$tag-$round.txt 2>&1
-    echo "$tag r$round: $(grep -E '^  (un)?fused \(' $L/fwd-$tag-$round.txt | awk '{printf "%s=%s ", $1, $(NF-2)}') $(grep -E 'FAIL|differ|rror' $L/fwd-$tag-$round.txt | head -2) $(el)"
-  done
-done
+moe_rounds $K 2 $L "$CASES" --tokens 4096 --skip-cublas
 grep -h "raster" $L/fwd-q1g2-1.txt $L/fwd-d1g6-1.txt | cut -c1-400
-for round in 1 2; do
-  for g in 0 2 3; do
-    timeout 90 $K bench moe --model qwen3-235b --tokens 4096 --backward --save-activations --bwd-group $g > $L/bwd-g$g-$round.txt 2>&1
-    echo "bwd g$g r$round: $(grep -E '^  (un)?fused( backward)? \(' $L/bwd-g$g-$round.txt | awk '{printf "%s=%s ", $1, $(NF-2)}') $(grep -E 'FAIL|differ|rror' $L/bwd-g$g-$round.txt | head -2) $(el)"
-  done
-done
+moe_rounds $K 2 $L "bwd-g0:--bwd-group,0 bwd-g2:--bwd-group,2 bwd-g3:--bwd-group,3" \
+  --model qwen3-235b --tokens 4096 --backward --save-activations
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L

@@ -25,12 +25,6 @@ for d in normal uniform; do
   echo "torch $d rc=$? $(el)"; tail -3 $L/torch-grouped-$d.txt
 done
 CASES="d0:--model,deepseek-v3 dold:--model,deepseek-v3,--gemm1-run,1,--gemm1-group,2,--gemm2-run,2,--gemm2-group,16 d6:--model,deepseek-v3,--gemm1-run,1,--gemm1-group,6,--gemm2-run,1,--gemm2-group,6 q0:--model,qwen3-235b"
-for round in 1 2; do
-  for c in $CASES; do
-    tag=${c%%:*}; args=${c#*:}; args=${args//,/ }
-    timeout 90 $K bench moe $args --tokens 4096 --skip-cublas > $L/fwd-$tag-$round.txt 2>&1
-    echo "$tag r$round: $(grep -E '^  (un)?fused \(' $L/fwd-$tag-$round.txt | awk '{printf "%s=%s ", $1, $(NF-2)}') $(grep -E 'FAIL|differ|rror|bitwise' $L/fwd-$tag-$round.txt | cut -c1-120 | head -2) $(el)"
-  done
-done
+moe_rounds $K 2 $L "$CASES" --tokens 4096 --skip-cublas
 grep -h "raster" $L/fwd-d0-1.txt $L/fwd-q0-1.txt | cut -c1-600
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L

@@ -13,13 +13,9 @@ moe_final_form x26 26th
 K=$(scripts/variants.sh unpack x26 kosmos) || exit 1
 B=$(scripts/variants.sh unpack x26 gemm_engine_bench) || exit 1
 L=$OUT/logs; mkdir -p $L
-for round in 1 2; do
-  for bg in 0 8; do
-    timeout 90 $K bench moe --model deepseek-v3 --tokens 4096 --backward --save-activations --bwd-group $bg > $L/dbwd-g$bg-$round.txt 2>&1
-    echo "dbwd g$bg r$round: $(grep -E '^  (un)?fused( backward)? \(' $L/dbwd-g$bg-$round.txt | awk '{printf "%s=%s ", $1, $(NF-2)}') $(grep -E 'FAIL|differ|rror' $L/dbwd-g$bg-$round.txt | head -2) $(el)"
-  done
-done
-grep -h "moe_backward" $L/dbwd-g0-1.txt | cut -c1-500
+moe_rounds $K 2 $L "dbwd-g0:--bwd-group,0 dbwd-g8:--bwd-group,8" \
+  --model deepseek-v3 --tokens 4096 --backward --save-activations
+grep -h "moe_backward" $L/fwd-dbwd-g0-1.txt | cut -c1-500
 for lay in nt nn; do
   timeout 120 $B --grouped-only --layout $lay --reps 20 --dump-groups $L/sizes.json \
     --json $L/gemm-engine-grouped-$lay-$g-26th.json > $L/grouped-$lay.txt 2>&1

@@ -9,11 +9,10 @@
 device_start
 K=$(scripts/variants.sh unpack y26 kosmos) || exit 1
 L=$OUT/logs; mkdir -p $L
-res() { echo "$(grep -E '^  (un)?fused( backward)? \(' $1 | awk '{printf "%s=%s ", $1, $(NF-2)}') $(grep -E 'FAIL|differ|rror' $1 | head -2)"; }
 for mt in deepseek-v3:8192 qwen3-235b:16384; do
   m=${mt%%:*}; t=${mt#*:}
   timeout 120 $K bench moe --model $m --tokens $t --skip-cublas > $L/$m-new-0.txt 2>&1
-  echo "$m T=$t new r0: $(res $L/$m-new-0.txt) $(el)"
+  echo "$m T=$t new r0: $(moe_times $L/$m-new-0.txt) $(el)"
   d=$(grep -o "raster runs of [0-9]* along M, groups of [0-9]*.*" $L/$m-new-0.txt | head -1)
   r1=$(echo "$d" | grep -oE "runs of [0-9]+ along M, groups of [0-9]+" | sed -n 1p | grep -oE "[0-9]+" | tr '\n' ' ')
   r2=$(echo "$d" | grep -oE "runs of [0-9]+ along M, groups of [0-9]+" | sed -n 2p | grep -oE "[0-9]+" | tr '\n' ' ')
@@ -22,21 +21,21 @@ for mt in deepseek-v3:8192 qwen3-235b:16384; do
   echo "  old forward order: $old"; echo "$d" | cut -c1-400
   for round in 1 2; do
     timeout 120 $K bench moe --model $m --tokens $t --skip-cublas $old > $L/$m-old-$round.txt 2>&1
-    echo "$m T=$t old r$round: $(res $L/$m-old-$round.txt) $(el)"
+    echo "$m T=$t old r$round: $(moe_times $L/$m-old-$round.txt) $(el)"
     timeout 120 $K bench moe --model $m --tokens $t --skip-cublas > $L/$m-new-$round.txt 2>&1
-    echo "$m T=$t new r$round: $(res $L/$m-new-$round.txt) $(el)"
+    echo "$m T=$t new r$round: $(moe_times $L/$m-new-$round.txt) $(el)"
   done
   timeout 150 $K bench moe --model $m --tokens $t --backward --save-activations > $L/$m-bnew-0.txt 2>&1
-  echo "$m T=$t bwd new r0: $(res $L/$m-bnew-0.txt) $(el)"
+  echo "$m T=$t bwd new r0: $(moe_times $L/$m-bnew-0.txt) $(el)"
   b=$(grep -o "moe_backward: .*" $L/$m-bnew-0.txt | grep -oE "\(runs of [0-9]+ along M, groups of [0-9]+" | head -1 | grep -oE "[0-9]+" | tr '\n' ' ')
   set -- $b
   [ $# -eq 2 ] || { echo "  no backward order found"; continue; }
   bold="--bwd-run $1 --bwd-group $2"; echo "  old backward order: $bold"
   for round in 1 2; do
     timeout 150 $K bench moe --model $m --tokens $t --backward --save-activations $bold > $L/$m-bold-$round.txt 2>&1
-    echo "$m T=$t bwd old r$round: $(res $L/$m-bold-$round.txt) $(el)"
+    echo "$m T=$t bwd old r$round: $(moe_times $L/$m-bold-$round.txt) $(el)"
     timeout 150 $K bench moe --model $m --tokens $t --backward --save-activations > $L/$m-bnew-$round.txt 2>&1
-    echo "$m T=$t bwd new r$round: $(res $L/$m-bnew-$round.txt) $(el)"
+    echo "$m T=$t bwd new r$round: $(moe_times $L/$m-bnew-$round.txt) $(el)"
   done
 done
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L

@@ -9,6 +9,13 @@
 #                     proxies, T = 4096 / 128), then the saved backward against torch autograd on the
 #                     same routing (T = 4096); $OUT/fwd.tgz and $OUT/bwd.tgz, JSON named
 #                     moe-*-$g-TAG.json.
+# gtest_step NAME LIMIT BIN FILTER
+#                  -- BIN's tests matching FILTER under a time limit, log $OUT/NAME.txt; prints the
+#                     summary line(s) and the first failures.
+# moe_times FILE   -- one `bench moe` log's times (fused= unfused=, the backward's too) and error lines.
+# moe_rounds BIN ROUNDS DIR "TAG:ARGS ..." [EXTRA...]
+#                  -- each case (ARGS: `bench moe` arguments, commas for spaces) run once per round,
+#                     cases alternated, with EXTRA appended; logs DIR/fwd-TAG-ROUND.txt; one line each.
 set -u
 
 device_start() {
@@ -17,6 +24,30 @@ device_start() {
   g=$(grep -q H200 $OUT/gpu.txt && echo h200 || echo h100)
 }
 el() { echo "($(($(date +%s) - start)) s)"; }
+
+gtest_step() {
+  local name=$1 limit=$2 bin=$3 filter=$4
+  timeout "$limit" "$bin" --gtest_filter="$filter" > $OUT/$name.txt 2>&1
+  echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/$name.txt | tr '\n' ';') $(el)"
+  grep -A3 "Failure" $OUT/$name.txt | cut -c1-300 | head -12
+}
+
+moe_times() {
+  echo "$(grep -E '^  (un)?fused( backward)? \(' "$1" | awk '{printf "%s=%s ", $1, $(NF-2)}') $(grep -E 'FAIL|differ|rror' "$1" | cut -c1-120 | head -2)"
+}
+
+moe_rounds() {
+  local bin=$1 rounds=$2 dir=$3 cases=$4 round c tag args
+  shift 4
+  for round in $(seq 1 "$rounds"); do
+    for c in $cases; do
+      tag=${c%%:*}; args=${c#*:}; args=${args//,/ }
+      # shellcheck disable=SC2086
+      timeout 150 "$bin" bench moe $args "$@" > $dir/fwd-$tag-$round.txt 2>&1
+      echo "$tag r$round: $(moe_times $dir/fwd-$tag-$round.txt) $(el)"
+    done
+  done
+}
 
 moe_final_form() {
   local variant=$1 tag=$2 K m t f b
