@@ -21,6 +21,8 @@
 // (where the problem admits it) merged, all alternated in one timing with the default plan's
 // (GemmOptions{}), R = 5 x --reps reps; C bit for bit against the default's. Two launches of the
 // default plan are in the rotation, so the spread between them shows the timing's noise.
+// --compare-carry: the default kosmos::Gemm plan with and without the ring carry (KOSMOS_RING_CARRY=0
+// when the second plan is made), alternated in the same timing as --compare-orders (dense and grouped).
 // --data normal: operands standard normal (as torch.randn in bench/torch_baselines.py) instead of
 // uniform in [-1, 1) (the default).
 // --run auto (default) picks the run length per problem with the runtime's rule (op_runner.cpp
@@ -78,6 +80,7 @@ struct Options {
   int sweep_reps = 0;  // --raster-sweep R: every claim order of kosmos::Gemm, R alternated reps each
   kosmos::GemmClaimOrder claim;  // --claim-order M|N,RUN,GROUP: the grouped kosmos::Gemm plans' order (run 0: the planner's)
   std::vector<kosmos::GemmClaimOrder> compare;  // --compare-orders O1:O2:...: each against the planner's, alternated
+  bool compare_carry = false;  // --compare-carry: the default plan without the ring carry, alternated likewise
   std::vector<kosmos::kernels::gemm::GemmShape> shapes;  // --shapes MxNxK,...: dense shapes instead of the issue's eight
 };
 
@@ -369,6 +372,14 @@ void compare_claim_orders(const Options& o, int sets, const std::vector<kosmos::
   all.push_back({"", plan({}), true});
   all[0].what = "default: " + all[0].plans[0]->raster();
   all.push_back({"default again", plan({}), true});
+  if (o.compare_carry) {  // the executor reads KOSMOS_RING_CARRY when the plan is made
+    const char* old = std::getenv("KOSMOS_RING_CARRY");
+    const std::string keep = old ? old : "";
+    ::setenv("KOSMOS_RING_CARRY", "0", 1);
+    all.push_back({"default, ring carry off", plan({}), true});
+    if (old) ::setenv("KOSMOS_RING_CARRY", keep.c_str(), 1);
+    else ::unsetenv("KOSMOS_RING_CARRY");
+  }
   for (const kosmos::GemmClaimOrder& co : o.compare)
     for (const auto mt : {kosmos::GemmMergeTails::kOff, kosmos::GemmMergeTails::kOn}) {
       kosmos::GemmOptions opt;
@@ -496,6 +507,7 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
   std::snprintf(nm, sizeof(nm), "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
   r.name = nm;
   if (o.sweep_reps > 0) sweep_claim_orders(o, sms, sets, args, P[0], c_el, r.flops, r);
+  if (o.compare_carry) compare_claim_orders(o, sets, args, c_el, r.flops, r);
   for (int s = 0; s < sets; ++s) delete A[s], delete B[s], delete C[s];
   return r;
 }
@@ -690,7 +702,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   std::snprintf(nm, sizeof(nm), "%s G=%d rows=%d N=%lld K=%lld", name, G, total, (long long)N, (long long)K);
   r.name = nm;
   if (o.sweep_reps > 0) sweep_claim_orders(o, sms, sets, args, P[0], c_el, r.flops, r);
-  if (!o.compare.empty()) compare_claim_orders(o, sets, args, c_el, r.flops, r);
+  if (!o.compare.empty() || o.compare_carry) compare_claim_orders(o, sets, args, c_el, r.flops, r);
   for (int s = 0; s < sets; ++s) delete A[s], delete B[s], delete C[s], delete ptrs[s];
   return r;
 }
@@ -704,7 +716,8 @@ constexpr const char* kUsage =
     "  gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64]\n"
     "                    [--layout nt|nn] [--dense-only|--grouped-only] [--shapes MxNxK[,MxNxK...]]\n"
     "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R] [--uniform-groups]\n"
-    "                    [--claim-order M|N,RUN,GROUP] [--compare-orders M|N,RUN,GROUP[:...]] [--data uniform|normal]\n";
+    "                    [--claim-order M|N,RUN,GROUP] [--compare-orders M|N,RUN,GROUP[:...]] [--compare-carry]\n"
+    "                    [--data uniform|normal]\n";
 
 int main(int argc, char** argv) {
   Options o;
@@ -750,6 +763,7 @@ int main(int argc, char** argv) {
       }
       o.claim = kosmos::GemmClaimOrder{run, dir == 'N', group};
     }
+    else if (a == "--compare-carry") o.compare_carry = true;
     else if (a == "--compare-orders") {  // M|N,RUN,GROUP[:...]
       const std::string v = next();
       size_t at = 0;

@@ -131,6 +131,11 @@ struct GpuOptions {
   // successor as it starts (the worst case for the scheduler; tests). The environment variable
   // KOSMOS_CLAIM_AHEAD=0|1|2, when set, overrides this (A/B measurements).
   uint32_t claim_ahead = 1;
+  // Ring carry (with claim_ahead = 1): a GEMM tile whose CTA's next task is a ready GEMM tile of the
+  // same tile shape and operand majors loads that tile's first k blocks (up to a ring) under its own
+  // last k blocks and epilogue, and hands the ring over (docs/design/gemm.md, "Ring carry").
+  // KOSMOS_RING_CARRY=0|1, when set, overrides this (A/B measurements).
+  uint32_t ring_carry = 1;
 };
 
 class GpuExecutor {

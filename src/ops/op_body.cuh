@@ -43,12 +43,88 @@ struct RuntimeGemmWaiter {
     return true;
   }
   // After the producer thread (thread 0) issued the task's last load: claim the CTA's next task
-  // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next).
+  // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next), or complete the
+  // claim claim_soon began.
   __device__ __forceinline__ void loads_issued() const { ctx->claim_next(); }
   // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
   // must have been written, not only read from shared memory, before the runtime's release.
   __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
+
+  // ---- The ring carry (gemm_tile.cuh; docs/design/gemm.md, "Ring carry") ----------------------
+  // Whether this launch carries: bodies may claim ahead (their context has the claim) and
+  // GpuOptions::ring_carry is on.
+  __device__ __forceinline__ bool carries() const { return ctx->ahead != nullptr && ctx->p->ring_carry != 0; }
+  __device__ __forceinline__ uint32_t slot() const { return uint32_t(task - ctx->p->tasks); }
+  // Every thread, at the call's entry: the record the CTA's previous task left for this one, or null.
+  __device__ __forceinline__ const void* carried_in() const {
+    if (!carries()) return nullptr;
+    const runtime::BodyCarry& c = ctx->ahead->carry;
+    const uint32_t s = slot();
+    return c.slot[0] == s ? c.words[0] : c.slot[1] == s ? c.words[1] : nullptr;
+  }
+  // The producer thread, once, kGemmClaimLead k blocks before its last load: the claim's atomic now
+  // (TaskContext::take_ticket; loads_issued completes it).
+  __device__ __forceinline__ void claim_soon() const {
+    if (carries()) ctx->take_ticket();
+  }
+  // The producer thread, after its last load: whether the claimed task is ready now (its
+  // non-deferred waits, once more without spinning when they were not at the claim).
+  __device__ __forceinline__ void check_next() const { ctx->ahead_ready_now(); }
+  // Every lane of the producer warp, after check_next and a __syncwarp: the CTA's next task's args
+  // when it was claimed ahead, is ready, and is a GEMM tile of this launch. What the carry keeps of
+  // it (NextTask) is three words: the producer runs at 56 registers, and the task, its problem and
+  // its rule are re-derived where needed (shared memory and parameter space) rather than held.
+  struct NextTask {
+    uint32_t problem;
+    uint32_t last;  // the last counter next_ready found complete
+    bool fence;     // an acquire (the claim's waits, next_ready's) precedes the carried loads
+  };
+  __device__ __forceinline__ const plan::Task& next_task() const { return ctx->p->tasks[ctx->ahead->slot]; }
+  __device__ __forceinline__ const kernels::gemm::GemmParams& problem(uint32_t i) const {
+    return reinterpret_cast<const GemmBodyParams*>(ctx->body)->problems[i];
+  }
+  __device__ __forceinline__ bool next_gemm(kernels::gemm::GemmTileArgs& a, NextTask& nx) const {
+    const uint32_t s = ctx->ahead->slot;
+    if (s == runtime::kNotClaimed || s == runtime::kNoSlot || !ctx->ahead->ready) return false;
+    const plan::Task& t = ctx->p->tasks[s];
+    if (t.kind != plan::TaskKind::kGemmTile) return false;
+    a = t.args<kernels::gemm::GemmTileArgs>();
+    nx.problem = a.problem;
+    nx.last = 0xFFFFFFFFu;
+    nx.fence = t.num_waits > 0;
+    return true;
+  }
+  // The producer thread: whether k block (m_block, k_block) of the next task's first tile may be
+  // loaded now -- the counter operator() would wait on is complete (one acquire load, no spinning;
+  // none once the rule's join counter was seen complete in this launch: counters only grow).
+  __device__ __forceinline__ bool next_ready(NextTask& nx, int m_block, int k_block) const {
+    const GemmWaitRule& r = reinterpret_cast<const GemmBodyParams*>(ctx->body)->rules[nx.problem];
+    if (r.counter_base == GemmWaitRule::kNoWait) return true;
+    nx.fence = true;
+    uint64_t& joined = ctx->ahead->carry.flags;
+    const uint64_t bit = nx.problem < 64 ? 1ull << nx.problem : 0ull;
+    if (r.join_counter != GemmWaitRule::kNoWait) {
+      if (joined & bit) return true;
+      if (ctx->counter_complete(next_task(), r.join_counter)) {
+        joined |= bit;
+        return true;
+      }
+    }
+    const uint32_t c = r.counter_base + (r.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / r.m_rows : 0u) +
+                       (r.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / r.k_rows : 0u);
+    if (c == nx.last) return true;
+    if (!ctx->counter_complete(next_task(), c)) return false;
+    nx.last = c;
+    return true;
+  }
+  // The producer thread: the record for the next task (the one this task's is not), then, once its
+  // loads are issued, its owner.
+  __device__ __forceinline__ int out_index() const { return ctx->ahead->carry.slot[0] == slot() ? 1 : 0; }
+  __device__ __forceinline__ void* carry_out() const { return ctx->ahead->carry.words[out_index()]; }
+  __device__ __forceinline__ void carry_commit() const { ctx->ahead->carry.slot[out_index()] = ctx->ahead->slot; }
 };
+static_assert(sizeof(kernels::gemm::detail::RingCarry) <= sizeof(runtime::BodyCarry::words[0]),
+              "the ring carry's record fits the runtime's body carry");
 
 // kMergedTails: the variant with the merged-tail GEMM tile (gemm_tile), for plans that merge.
 template <bool kMergedTails>

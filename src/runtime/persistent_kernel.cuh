@@ -71,11 +71,23 @@ struct SignalList {
   }
 };
 
-// The CTA's claimed-ahead task (shared memory; written and read by thread 0 only).
+// What a body hands to the CTA's next task (shared memory; opaque to the runtime): the GEMM tile's
+// ring carry (gemm_tile.cuh, "Ring carry"). Two records, so that a body reads its own while it
+// writes its successor's: record r is for task carry_slot[r] (kNotClaimed: none).
+inline constexpr uint32_t kBodyCarryWords = 16;
+struct BodyCarry {
+  uint32_t slot[2];
+  alignas(8) uint32_t words[2][kBodyCarryWords];
+  uint64_t flags;  // bodies' launch-long facts (the GEMM tile: problems whose operand joins were seen complete)
+};
+
+// The CTA's claimed-ahead task (shared memory; written and read by thread 0 only, except `carry`).
 struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
   uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
+  uint32_t half;   // take_ticket claimed `slot`; claim_next has yet to read it (ready and signals unset)
   SignalList signals;  // `slot`'s, read at claim time under the body's tail
+  BodyCarry carry;
 };
 
 // Takes the next ticket and turns it into a slot (kNoSlot past the end). A complete run takes
@@ -100,8 +112,8 @@ struct TaskContext {
   const KernelParamsHeader* p;
   const unsigned char* body;  // the launch's op-specific parameters (param space)
   uint64_t epoch;
-  uint32_t sm_idx;
-  uint32_t cta;
+  // (The SM and CTA, which only the error record names, are read there: held here they were live
+  // through every body, and the GEMM producer's 56 registers spilled them once the ring carry came.)
   int thread_idx;
   AheadClaim* ahead = nullptr;  // shared memory; bodies only (null elsewhere)
 
@@ -118,8 +130,8 @@ struct TaskContext {
     if (atomicCAS(&p->error->kind, 0u, uint32_t(kind)) == 0u) {
       ErrorRecord& e = *p->error;
       e.rank = t.rank;
-      e.sm = sm_idx;
-      e.cta = cta;
+      e.sm = smid();
+      e.cta = blockIdx.x;
       e.task_id = t.id;
       e.task_kind = uint32_t(t.kind);
       e.counter = counter;
@@ -154,9 +166,17 @@ struct TaskContext {
 
   // Thread 0 of a body, at most once per task: claims the CTA's next task now (see the header).
   // Non-blocking: one atomic, the task's wait list and one acquire load per wait, no spinning.
+  // Called once per task unless take_ticket was: then it completes that claim (the same reads).
   __device__ __forceinline__ void claim_next() const {
-    if (ahead == nullptr || p->claim_ahead == kClaimAheadOff || aborted()) return;
-    const uint32_t slot = claim_ticket(*p, epoch);
+    if (ahead == nullptr) return;
+    uint32_t slot;
+    if (ahead->half) {
+      ahead->half = 0;
+      slot = ahead->slot;
+    } else {
+      if (p->claim_ahead == kClaimAheadOff || aborted()) return;
+      slot = claim_ticket(*p, epoch);
+    }
     uint32_t ready = 1;
     if (slot != kNoSlot) {
       const plan::Task& next = p->tasks[slot];
@@ -171,6 +191,35 @@ struct TaskContext {
     }
     ahead->slot = slot;
     ahead->ready = ready;
+  }
+
+  // Thread 0 of a body, before claim_next (which it must still call): the claim's first half, the
+  // ticket's atomic alone (few registers: the GEMM producer calls it inside its k-loop, a few k
+  // blocks before its last load, so that the round trips of the whole claim end under its
+  // consumers' tail). The task's record is prefetched for claim_next.
+  __device__ __forceinline__ void take_ticket() const {
+    if (ahead == nullptr || p->claim_ahead == kClaimAheadOff || aborted()) return;
+    const uint32_t slot = claim_ticket(*p, epoch);
+    if (slot != kNoSlot) asm volatile("prefetch.global.L1 [%0];" ::"l"(p->tasks + slot));
+    ahead->slot = slot;
+    ahead->half = 1;
+  }
+
+  // Thread 0 of a body, after claim_next: when the claimed task was not ready then, checks its
+  // non-deferred waits once more (one acquire load each, no spinning) and records the answer, so
+  // that the loop top skips them. Returns whether it is ready now (false: nothing claimed).
+  __device__ __forceinline__ bool ahead_ready_now() const {
+    if (ahead == nullptr) return false;
+    const uint32_t slot = ahead->slot;
+    if (slot == kNotClaimed || slot == kNoSlot) return false;
+    if (ahead->ready) return true;
+    const plan::Task& next = p->tasks[slot];
+    for (uint32_t w = 0; w < next.num_waits; ++w) {
+      const plan::Wait wt = p->waits[next.first_wait + w];
+      if (!wt.deferred() && !counter_reached(next, wt.counter, wt.value())) return false;
+    }
+    ahead->ready = 1;
+    return true;
   }
 
   // Release a finished task's outputs: one fence, then a release-add on every counter it signals
@@ -289,23 +338,30 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   // stopped being copied into registers).
   __shared__ SignalList s_current;
   __shared__ AheadClaim s_ahead;
-  const int thread_idx = threadIdx.x;
 #ifdef KOSMOS_GEMM_PROBE  // diagnostic build (gemm_probe): kernel entry/exit times per CTA
-  if (thread_idx == 0) kernels::gemm::probe::mark_kernel(0);
+  if (threadIdx.x == 0) kernels::gemm::probe::mark_kernel(0);
 #endif
-  if (thread_idx == 0) {
+  if (threadIdx.x == 0) {
     // The first claim is slot blockIdx.x (below): start fetching that task now, under the epoch
     // load, rather than one dependent round trip after it.
     if (blockIdx.x < p.num_tasks) asm volatile("prefetch.global.L1 [%0];" ::"l"(p.tasks + blockIdx.x));
     s_epoch = *reinterpret_cast<volatile uint64_t*>(&p.state->epoch);
     s_claims = 0;
     s_ahead.slot = kNotClaimed;
+    s_ahead.half = 0;
+    s_ahead.carry.slot[0] = s_ahead.carry.slot[1] = kNotClaimed;
+    s_ahead.carry.flags = 0;
   }
   __syncthreads();
 
   for (;;) {
+    // Read afresh in every task (tid_now: volatile): a thread index kept from the kernel's entry,
+    // and what the compiler derives from it there (a "thread 0" predicate, the checksum body's
+    // per-warp shared address), lived through every body and were spilled once the GEMM producer's
+    // 56 registers grew the ring carry.
+    const int thread_idx = tid_now();
     if (thread_idx == 0) {
-      const TaskContext ctx{&p, p.body, s_epoch, smid(), blockIdx.x, 0};
+      const TaskContext ctx{&p, p.body, s_epoch, 0};
       uint32_t slot = kNoSlot;
       const uint32_t claims = s_claims++;
       if ((claims & 255u) == 255u && *p.host_abort) {
@@ -340,7 +396,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         }
         if (ok && p.claim_ahead == kClaimAheadAlways) {
           // Test mode: the successor is claimed before this task's body even starts.
-          const TaskContext ahead_ctx{&p, p.body, s_epoch, smid(), blockIdx.x, 0, &s_ahead};
+          const TaskContext ahead_ctx{&p, p.body, s_epoch, 0, &s_ahead};
           ahead_ctx.claim_next();
         }
         s_start_ns = globaltimer_ns();
@@ -357,7 +413,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     if (!s_ok) continue;  // the run is ending; abandon the task (its signals are never sent)
 
     {
-      const TaskContext ctx{&p, p.body, s_epoch, smid(), blockIdx.x, thread_idx};
+      const TaskContext ctx{&p, p.body, s_epoch, thread_idx};
       const plan::Task& task = p.tasks[s_slot];
       switch (task.kind) {
         case plan::TaskKind::kNop: break;
@@ -376,7 +432,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
           asm volatile("" : "+l"(body_smem));
           int body_thread = thread_idx;
           asm volatile("" : "+r"(body_thread));
-          const TaskContext body_ctx{&p, p.body, s_epoch, smid(), blockIdx.x, body_thread,
+          const TaskContext body_ctx{&p, p.body, s_epoch, body_thread,
                                      p.claim_ahead == kClaimAheadBodies ? &s_ahead : nullptr};
           Body::run(task, body_ctx, body_smem);
           break;
@@ -387,7 +443,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
 
     if (thread_idx == 0) {
       const uint32_t slot = s_slot;  // re-read after the barrier: not kept live across the body
-      const TaskContext ctx{&p, p.body, s_epoch, smid(), blockIdx.x, 0};
+      const TaskContext ctx{&p, p.body, s_epoch, 0};
       if (p.audit) {
         AuditRecord& a = p.audit[slot];
         a.runs += 1;
@@ -395,7 +451,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
       }
       if (p.trace) {
         const plan::Task& task = p.tasks[slot];
-        TraceRecord r{task.id, uint16_t(task.kind), task.rank, ctx.sm_idx, blockIdx.x, s_start_ns, globaltimer_ns()};
+        TraceRecord r{task.id, uint16_t(task.kind), task.rank, smid(), blockIdx.x, s_start_ns, globaltimer_ns()};
         p.trace[slot] = r;
       }
       ctx.publish(s_current);
@@ -407,7 +463,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   // between fences: from the last tile's end to the last CTA's exit took 2.5 us, now 1.4 us, by
   // gemm_probe on the H200.)
 #ifdef KOSMOS_GEMM_PROBE
-  if (thread_idx == 0) kernels::gemm::probe::mark_kernel(1);
+  if (threadIdx.x == 0) kernels::gemm::probe::mark_kernel(1);
 #endif
 }
 

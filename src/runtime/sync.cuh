@@ -43,6 +43,12 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// threadIdx.x, read where it is used (volatile: never hoisted, never kept live across a loop).
+__device__ __forceinline__ int tid_now() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
 __device__ __forceinline__ uint32_t smid() {
   uint32_t id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));

@@ -139,6 +139,20 @@ TEST(GpuGemmOp, Epilogues) {
             << m << "x" << n << "x" << k << " epi " << epi << " layout " << layout;
 }
 
+// Dense plans with the ring carry off and on (on is the default every other test runs): runs of
+// kept-B tiles (K = 256) carried into the next run (a drain first), K past a ring, accumulate.
+TEST(GpuGemmOp, RingCarryOffAndOn) {
+  SKIP_WITHOUT_GPU();
+  for (const char* carry : {"0", "1"}) {
+    ScopedEnv e("KOSMOS_RING_CARRY", carry);
+    for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{{4096, 1024, 256}, {1000, 512, 1000}, {2048, 4096, 192}})
+      for (uint32_t epi : {kEpilogueStore, kEpilogueAccumulate | kEpilogueRowScale})
+        for (int layout = 0; layout < 4; ++layout)
+          EXPECT_LT(run_case(m, n, k, layout & 1, layout & 2, epi, 31 + epi + layout), 1e-2)
+              << m << "x" << n << "x" << k << " epi " << epi << " layout " << layout << " KOSMOS_RING_CARRY=" << carry;
+  }
+}
+
 TEST(GpuGemmOp, CudaGraphReplay) {
   SKIP_WITHOUT_GPU();
   EXPECT_LT(run_case(1000, 1024, 512, false, false, kEpilogueStore, 77, 50), 1e-2);
@@ -149,12 +163,17 @@ TEST(GpuGemmOp, CudaGraphReplay) {
 // an empty group, a lone short group; K of 1000 (a partial k block); store, row-scale and SwiGLU
 // epilogues. C (poisoned first) is bit for bit that of the plan without merging, and a row sample
 // of every group agrees with fp64.
+// Merged tails against separate tail tiles, each with and without the ring carry (a task loading
+// its CTA's next task's first k blocks): all four bit for bit, and fp64 on the groups' edge rows.
+// K = 1000 (16 k blocks: a ring of them carried), K = 192 (3: whole tiles carried, kept B runs).
 TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
   SKIP_WITHOUT_GPU();
   std::vector<int> gm, off;
   const int64_t rows = merged_tail_groups(8, &gm, &off);
   const int G = int(gm.size());
-  const int64_t n = 512, k = 1000;
+  for (const int64_t k : {int64_t(1000), int64_t(192)}) {
+  SCOPED_TRACE("k " + std::to_string(k));
+  const int64_t n = 512;
   auto a = random_bf16(size_t(rows) * k, 91), b = random_bf16(size_t(G) * k * n, 92);
   std::vector<float> scale(rows);
   for (int64_t i = 0; i < rows; ++i) scale[i] = 0.5f + float(i % 7) / 7.0f;
@@ -182,8 +201,10 @@ TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
     g.num_groups = G;
     g.group_m = static_cast<const int*>(dgm.p);
     g.group_offset = static_cast<const int*>(doff.p);
-    std::vector<uint16_t> c[2];
-    for (int merge = 0; merge < 2; ++merge) {
+    std::vector<uint16_t> c[4];  // [2 * carry + merge]
+    for (int run = 0; run < 4; ++run) {
+      const int merge = run % 2;
+      ScopedEnv carry("KOSMOS_RING_CARRY", run / 2 ? "1" : "0");
       GemmOptions o;
       o.merge_tails = merge != 0 ? GemmMergeTails::kOn : GemmMergeTails::kOff;
       std::unique_ptr<Gemm> plan;
@@ -194,12 +215,15 @@ TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
       ASSERT_TRUE(plan->run().is_ok());
       s = plan->finish();
       ASSERT_TRUE(s.is_ok()) << s.to_string();
-      c[merge].resize(size_t(rows) * n_out);
-      cudaMemcpy(c[merge].data(), dc.p, c[merge].size() * 2, cudaMemcpyDeviceToHost);
+      c[run].resize(size_t(rows) * n_out);
+      cudaMemcpy(c[run].data(), dc.p, c[run].size() * 2, cudaMemcpyDeviceToHost);
     }
-    size_t diff = 0;
-    for (size_t i = 0; i < c[0].size(); ++i) diff += c[0][i] != c[1][i];
-    EXPECT_EQ(diff, 0u) << "elements differing between merged and separate tail tiles";
+    for (int run = 1; run < 4; ++run) {
+      size_t diff = 0;
+      for (size_t i = 0; i < c[0].size(); ++i) diff += c[0][i] != c[run][i];
+      EXPECT_EQ(diff, 0u) << "elements differing from separate tail tiles without the carry: merged " << run % 2
+                          << ", carry " << run / 2;
+    }
     // fp64 (reference_gemm, group by group) on each group's first, 128th..131st and last rows (the
     // merged tails' rows included).
     std::vector<uint16_t> got;
@@ -212,7 +236,7 @@ TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
         if (r < 0 || r >= gm[grp]) continue;
         const int64_t row = off[grp] + r;
         ar.insert(ar.end(), a.begin() + row * k, a.begin() + (row + 1) * k);
-        got.insert(got.end(), c[1].begin() + row * n_out, c[1].begin() + (row + 1) * n_out);
+        got.insert(got.end(), c[3].begin() + row * n_out, c[3].begin() + (row + 1) * n_out);
         sr.push_back(scale[row]);
       }
       GemmArguments gr = g;
@@ -224,5 +248,6 @@ TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
       sampled += gr.m;
     }
     EXPECT_LT(relative_error(got, n_out, ref, sampled, n_out), 1e-2);
+  }
   }
 }

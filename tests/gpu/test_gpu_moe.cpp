@@ -214,26 +214,6 @@ TEST(GpuMoeBackwardSaved, SameOutputsAsRecomputeBitForBit) {
   cudaStreamDestroy(st);
 }
 
-namespace {
-// Sets an environment variable for the scope (the GPU executor reads KOSMOS_* at creation).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-}  // namespace
-
 // Each claim-ahead mode of the op kernel (0: claim after the task; 1: GEMM tiles claim after
 // their last load, the default; 2: every task claims its successor before its own body runs, so
 // a GEMM tile's producer may wait for rows that a task of the same CTA has yet to release): the
@@ -255,6 +235,31 @@ TEST(GpuMoeClaimAhead, EveryModeSameOutputs) {
 // and the unfused composition (bit for bit), merged and not; the two y agree to bf16 rounding. Then
 // the saving forward (GEMM1 also stores the pre-activation of the tail rows) against the recomputing
 // backward, and the Qwen3-like width (H = 1024, I = 384: 3 n tiles of GEMM1's SwiGLU, partial GEMM2).
+// The ring carry (gemm_tile.cuh; docs/design/gemm.md, "Ring carry"): a GEMM task loads its CTA's
+// next GEMM task's first k blocks under its own tail when that task is ready. Forward at W = 8
+// (GEMM1 -> GEMM1, GEMM1 -> GEMM2 waiting on H, GEMM2 -> GEMM2 hand-overs) and W = 1 with H, I off the
+// tile widths and merged tails; the backward (dX, grouped-K weight gradients: kept operands, empty
+// groups). Each run against fp64 and the unfused composition; y the same bit for bit with and
+// without the carry.
+TEST(GpuRingCarry, SameOutputsWithAndWithout) {
+  SKIP_WITHOUT_GPU();
+  struct Case { int W; int64_t T, H, I; int E, k; Routing r; };
+  for (const Case& c : {Case{8, 200, 512, 256, 32, 8, Routing::kSkewed}, Case{1, 77, 264, 136, 8, 4, Routing::kSkewed},
+                        Case{1, 579, 256, 128, 8, 2, Routing::kTails}, Case{1, 300, 512, 256, 16, 8, Routing::kUniform}}) {
+    std::vector<std::vector<uint16_t>> y[2];
+    for (int carry = 0; carry < 2; ++carry) {
+      ScopedEnv e("KOSMOS_RING_CARRY", carry ? "1" : "0");
+      SCOPED_TRACE("KOSMOS_RING_CARRY=" + std::to_string(carry) + " W=" + std::to_string(c.W) + " T=" + std::to_string(c.T) +
+                   " I=" + std::to_string(c.I));
+      run_moe(c.W, c.T, c.H, c.I, c.E, c.k, c.r, 0, 0, 0, 0, &y[carry]);
+      if (c.W == 1) run_moe_backward(1, c.T, c.H, c.I, c.E, c.k, Routing::kSkewedWithDrops);
+    }
+    ASSERT_EQ(y[0].size(), y[1].size());
+    for (size_t r = 0; r < y[0].size(); ++r)
+      EXPECT_TRUE(y[0][r] == y[1][r]) << "W=" << c.W << " T=" << c.T << ": y of rank " << r << " differs with the ring carry";
+  }
+}
+
 TEST(GpuMoeMergedTails, AgainstFp64AndSeparateTiles) {
   SKIP_WITHOUT_GPU();
   for (int W : {1, 2}) {

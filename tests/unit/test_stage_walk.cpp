@@ -11,6 +11,7 @@
 // stage reset each failed it.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -39,6 +40,13 @@ struct TileSpec {
   int group;
   bool keep;
   int a_id, b_id;  // identity of the tile's A / B operand (equal ids: the same data)
+  // The first tile of a task after the first (the CTA's next task, gemm_tile.cuh "Ring carry"):
+  // kCarried -- the walk goes on (new_task), the previous task's producer loads up to carry_limit
+  // of its k blocks before that task's consumers are done; kFresh -- the next call initialises
+  // the barriers and starts a fresh walk, after everything before was consumed.
+  int task_start = kSameTask;
+  int carry_limit = 0;
+  static constexpr int kSameTask = 0, kCarried = 1, kFresh = 2;
 };
 
 // What a byte range of shared memory holds.
@@ -70,7 +78,7 @@ class Model {
       if (can.empty()) {
         if (p_tile_ == int(tiles_.size()) && c_tile_ == int(tiles_.size())) return "";
         return "deadlock: producer at tile " + std::to_string(p_tile_) + " kb " + std::to_string(p_kb_) +
-               ", consumers at tile " + std::to_string(c_tile_) + " kb " + std::to_string(c_kb_);
+               ", consumers at tile " + std::to_string(c_tile_) + " kb " + std::to_string(c_kb_) + state();
       }
       const int who = can[std::uniform_int_distribution<size_t>(0, can.size() - 1)(rng)];
       if (who == 0) producer_step();
@@ -81,6 +89,16 @@ class Model {
   }
 
  private:
+  // The walks and barriers, for a deadlock's message.
+  std::string state() const {
+    std::string r = " (consumer walk: stage " + std::to_string(cw_.stage) + ", phase " + std::to_string(cw_.phase) +
+                    ", kept " + std::to_string(cw_.kept) + "; producer walk: stage " + std::to_string(pw_.stage) +
+                    ", phase " + std::to_string(pw_.phase) + ", kept " + std::to_string(pw_.kept) + "; full phases";
+    for (int s = 0; s < S; ++s) r += " " + std::to_string(full_[s]);
+    r += "; empty phases";
+    for (int s = 0; s < S; ++s) r += " " + std::to_string(empty_[s]);
+    return r + ")";
+  }
   // mbarrier.try_wait.parity(P) passes once the phase of parity P completed: completed & 1 != P.
   static bool passes(int64_t completed, uint32_t parity) { return (completed & 1) != int64_t(parity); }
 
@@ -90,7 +108,17 @@ class Model {
   // --- producer (warp 0 lane 0) ---
   bool producer_can() {
     if (p_tile_ == int(tiles_.size())) return false;
-    if (!p_started_) return true;
+    const TileSpec& t = tiles_[p_tile_];
+    if (!p_started_) {
+      // A fresh call starts after the previous task's consumers are done and its loads landed.
+      if (t.task_start == TileSpec::kFresh) return c_tile_ == p_tile_ && !c_started_ && pending_.empty();
+      return true;
+    }
+    // A carried tile: the previous task's producer stops after carry_limit k blocks; the rest are
+    // the next call's, which starts once the previous task's consumers are done.
+    if (t.task_start == TileSpec::kCarried && c_tile_ < p_tile_ && !p_drain_ && p_kb_ >= t.carry_limit &&
+        p_kb_ < t.num_kb)
+      return false;
     if (p_drain_) {
       for (int s = 0; s < S; ++s)
         if (!passes(empty_[s], pw_.next_parity(s) ^ 1u)) return false;
@@ -103,6 +131,15 @@ class Model {
   void producer_step() {
     const TileSpec& t = tiles_[p_tile_];
     if (!p_started_) {
+      if (t.task_start == TileSpec::kCarried) pw_.new_task();
+      if (t.task_start == TileSpec::kFresh) {  // mbarrier.init of every stage, a fresh walk on both sides
+        std::fill(full_.begin(), full_.end(), 0);
+        std::fill(empty_.begin(), empty_.end(), 0);
+        std::fill(expect_.begin(), expect_.end(), 0);
+        mem_.clear();
+        pw_ = StageWalk<Geo::kStages>{};
+        cw_ = StageWalk<Geo::kStages>{};
+      }
       bool load_kept = false, drain = false;
       p_kept_ = pw_.start_tile(t.keep, t.num_kb, t.along_n, t.group, load_kept, drain);
       p_load_kept_ = load_kept;
@@ -168,12 +205,17 @@ class Model {
   // --- consumers (both warpgroups in step; a stage is released when both are done with it) ---
   bool consumer_can() {
     if (c_tile_ == int(tiles_.size())) return false;
+    // A fresh call's consumers start after its barrier init (the producer's reset here).
+    if (!c_started_ && tiles_[c_tile_].task_start == TileSpec::kFresh) return p_tile_ > c_tile_ || (p_tile_ == c_tile_ && p_started_);
     if (!c_started_ || c_kb_ == tiles_[c_tile_].num_kb) return true;
     return passes(full_[cw_.stage], cw_.next_parity(cw_.stage));
   }
   void consumer_step() {
     const TileSpec& t = tiles_[c_tile_];
     if (!c_started_) {
+      // A carried call's consumers start from the walk the record saved: the producer's after its
+      // last load, moved on to the next task -- their own, moved on alike.
+      if (t.task_start == TileSpec::kCarried) cw_.new_task();
       bool load_kept = false, drain = false;
       cw_.start_tile(t.keep, t.num_kb, t.along_n, t.group, load_kept, drain);
       c_started_ = true;
@@ -261,6 +303,28 @@ std::vector<TileSpec> random_run(std::mt19937_64& rng, int stages) {
   return tiles;
 }
 
+// Random tasks of one CTA: runs as above, each after the first starting carried or fresh.
+std::vector<TileSpec> random_tasks(std::mt19937_64& rng, int stages) {
+  std::uniform_int_distribution<int> pick(0, 99);
+  const int tasks = 1 + pick(rng) % 4;
+  std::vector<TileSpec> all;
+  for (int k = 0; k < tasks; ++k) {
+    std::vector<TileSpec> run = random_run(rng, stages);
+    for (TileSpec& t : run) {  // fresh identities: no task shares an operand with another
+      t.a_id += 1000 * (k + 1);
+      t.b_id += 1000 * (k + 1);
+    }
+    if (k > 0) {
+      run[0].task_start = pick(rng) < 70 ? TileSpec::kCarried : TileSpec::kFresh;
+      const int most = std::min(run[0].num_kb, stages);
+      run[0].carry_limit = most > 0 ? 1 + pick(rng) % most : 0;
+      if (most == 0) run[0].task_start = TileSpec::kFresh;  // gemm_tile carries only tiles with k blocks
+    }
+    all.insert(all.end(), run.begin(), run.end());
+  }
+  return all;
+}
+
 template <class Geo>
 void check_geometry_random_runs(const char* name, int runs) {
   std::mt19937_64 rng(0x5eed0000u + Geo::kStages * 131 + Geo::kStageBytesB);
@@ -276,6 +340,31 @@ void check_geometry_random_runs(const char* name, int runs) {
     }
   }
   EXPECT_GT(kept_tiles, runs) << name << ": the runs should often keep an operand";
+}
+
+// The ring carry: one CTA's tasks in a row, the walk going on from one into the next (new_task)
+// with up to a ring of the next task's first k blocks loaded before the task before is done, or
+// a fresh ring. (Mutations: without new_task's stale mark a kept operand of the task before is
+// taken for the next one's, and a carried tile's drain skipped overwrites areas still read.)
+template <class Geo>
+void check_geometry_random_tasks(const char* name, int runs) {
+  std::mt19937_64 rng(0xca77u + Geo::kStages * 7 + Geo::kStageBytesB);
+  int carried = 0;
+  for (int r = 0; r < runs; ++r) {
+    std::vector<TileSpec> tiles = random_tasks(rng, Geo::kStages);
+    for (const TileSpec& t : tiles) carried += t.task_start == TileSpec::kCarried;
+    for (int order = 0; order < 4; ++order) {
+      Model<Geo> m(tiles);
+      const std::string err = m.run(rng);
+      ASSERT_EQ(err, "") << name << ", tasks run " << r << " (" << tiles.size() << " tiles)";
+    }
+  }
+  EXPECT_GT(carried, runs / 2) << name << ": the task sequences should often carry";
+}
+TEST(StageWalk, CarriedTasksNeverOverwriteNorDeadlock) {
+  check_geometry_random_tasks<RingGeometry<128, 256, 64, 4>>("128x256, 4 stages", 2000);
+  check_geometry_random_tasks<RingGeometry<128, 128, 64, 6>>("128x128, 6 stages", 1000);
+  check_geometry_random_tasks<RingGeometry<128, 64, 64, 8>>("128x64, 8 stages", 1000);
 }
 
 TEST(StageWalk, RandomRunsNeverOverwriteNorDeadlock128x256) {

@@ -87,6 +87,11 @@ enum class GemmTileShape : uint32_t {
 };
 inline constexpr int kGemmBlockM = 128;
 inline constexpr int kGemmBlockK = 64;
+// With the ring carry, a run's producer claims the CTA's next task this many k blocks before its
+// last load (gemm_tile.cuh): the claim, the next task's coordinates and readiness are a chain of L2
+// round trips (~3 us) that must end before the consumers' last k blocks and epilogue do (~4 us
+// after the last load at 128 x 256), or the carry lengthens the task it should shorten.
+inline constexpr int kGemmClaimLead = 8;
 #ifndef KOSMOS_GEMM_TAIL_ROWS  // experiments only: the whole build must agree
 #define KOSMOS_GEMM_TAIL_ROWS 32
 #endif

@@ -319,6 +319,36 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
 
 // Operand residency and the ring walk: StageWalk (stage_walk.h).
 
+// The ring carry's record (docs/design/gemm.md, "Ring carry"), written by a task's producer thread
+// for the CTA's next task (in the runtime's shared memory, runtime::BodyCarry) and read by every
+// thread of that task: how many of its first tile's k blocks are in flight, the ring's walk as that
+// task starts it (before its first tile), and that tile's coordinates (so that neither side
+// resolves it again: a grouped tile's slot search is two L2 round trips).
+struct RingCarry {
+  int loads;
+  int stage;
+  uint32_t phase;
+  int kept;
+  int kept_group;
+  TileCoord tile;
+  template <int kStages>
+  __device__ __forceinline__ void save(const StageWalk<kStages>& w, const TileCoord& t, int n) {
+    loads = n;
+    stage = w.stage;
+    phase = w.phase;
+    kept = w.kept;
+    kept_group = w.kept_group;
+    tile = t;
+  }
+  template <int kStages>
+  __device__ __forceinline__ void restore(StageWalk<kStages>& w) const {
+    w.stage = stage;
+    w.phase = phase;
+    w.kept = kept;
+    w.kept_group = kept_group;
+  }
+};
+
 // __fdividef: the IEEE division's slow-path check and call sat in the SwiGLU epilogue; for
 // x << 0 the denominator overflows to inf and the quotient is 0, which is silu's limit.
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
@@ -616,10 +646,19 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
   constexpr bool kKeep = !kPairB;
   // (Evaluated at each tile, not held across the call: a value computed here lives through the
   // setmaxnreg split, and holding this flag cost the merging variant 52 bytes of spill.)
-  auto along_n = [&] { return (a.flags & kGemmRunAlongN) != 0; };
-  auto keep_allowed = [&](const TileCoord& t) { return kKeep && (p.layout & kGemmKeepOperands) && t.tail == 0; };
+  // (Of a problem q and its task's args: the ring carry asks them of the CTA's next task too.)
+  auto along_n = [](const GemmTileArgs& args) { return (args.flags & kGemmRunAlongN) != 0; };
+  auto keep_allowed = [](const GemmParams& q, const TileCoord& t) {
+    return kKeep && (q.layout & kGemmKeepOperands) && t.tail == 0;
+  };
   // The group whose B a resident B belongs to (grouped over M or K: B and its K range are per group).
-  auto keep_group = [&](const TileCoord& t) { return p.num_groups > 0 ? t.wait_m : 0; };
+  auto keep_group = [](const GemmParams& q, const TileCoord& t) { return q.num_groups > 0 ? t.wait_m : 0; };
+  // The ring carry (docs/design/gemm.md, "Ring carry"): with a hook that offers it, the record the
+  // CTA's previous task left for this one -- this call's first k blocks already in flight, the ring's
+  // position and its first tile's coordinates -- or null (a fresh ring).
+  constexpr bool kCarry = !kPairB && requires { wait.carried_in(); };
+  const RingCarry* cin = nullptr;
+  if constexpr (kCarry) cin = static_cast<const RingCarry*>(wait.carried_in());
 
   // smem: 1024-byte aligned (the 128-byte swizzle atoms of the ring need it), checked below.
   constexpr int kTail = Cfg::kTail;
@@ -642,16 +681,19 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_a));
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_b));
     if constexpr (kTail > 0) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_t));
+    // A carried ring is mid-flight: its barriers keep their phases (the carried loads complete on them).
+    if (cin == nullptr) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      cutlass::arch::ClusterBarrier::init(&full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
+      for (int s = 0; s < kStages; ++s) {
+        cutlass::arch::ClusterBarrier::init(&full[s], 1);
+        cutlass::arch::ClusterBarrier::init(&empty[s], kPairB ? 4 : 2);
+      }
+      cutlass::arch::fence_barrier_init();
+      // The previous task may have used this shared memory through the generic proxy (the MoE
+      // bodies' row tables, another tile shape's staging); the runtime's barrier after it orders
+      // those accesses before this thread, and this fence orders them before its TMA writes.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
-    cutlass::arch::fence_barrier_init();
-    // The previous task may have used this shared memory through the generic proxy (the MoE
-    // bodies' row tables, another tile shape's staging); the runtime's barrier after it orders
-    // those accesses before this thread, and this fence orders them before its TMA writes.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
   __syncthreads();
   static_assert(!kPairB || (!kAMn && !kBMn), "kPairB: A row-major, B [N, K] only");
@@ -661,61 +703,82 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     if constexpr (kSetMaxNReg) cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (warp_idx == 0) {
       const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
+      // The producer thread's k block: waits until the consumers released ring stage walk.stage,
+      // expects the block's bytes on its full barrier and issues its TMA loads (those not resident).
+      // Of problem q's tile t (this call's, or the CTA's next task's when carrying).
+      auto load_k_block = [&](const GemmParams& q, const TileCoord& t, int kb, bool skip_a, bool skip_b,
+                              StageWalk<kStages>& walk) {
+        const int stage = walk.stage;
+        cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
+        const bool tail = kTail > 0 && t.tail > 0;  // never with a resident operand (StageWalk)
+        const uint32_t bytes = (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) +
+                               (skip_b ? 0u : uint32_t(Cfg::kStageBytesB)) + (tail ? uint32_t(Cfg::kStageBytesT) : 0u);
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
+        T* sa = smem_a + walk.a_index(kb, stage) * (kBM * kBK);
+        T* sb = smem_b + walk.b_index(kb, stage) * (kBN * kBK);
+        const int k0 = t.k_base + kb * kBK;
+        if constexpr (kTail > 0) {  // the merged tail's rows, [a_row0 + BM, + kTail) (past them: masked)
+          if (tail) SM90_TMA_LOAD_2D::copy(&q.tma_t, &full[stage], hint, smem_t + stage * (kTail * kBK), k0, t.a_row0 + kBM);
+        }
+        if (skip_a) {
+          // A of this k block is resident (an earlier tile of the run loaded it).
+        } else if constexpr (kAMn) {
+#pragma unroll
+          for (int j = 0; j < kBM / 64; ++j)
+            SM90_TMA_LOAD_2D::copy(&q.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
+        } else {
+          SM90_TMA_LOAD_2D::copy(&q.tma_a, &full[stage], hint, sa, k0, t.a_row0);
+        }
+        if (skip_b) {
+          // B likewise.
+        } else if constexpr (kPairB) {
+          if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
+            SM90_TMA_LOAD_MULTICAST_3D::copy(&q.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
+        } else if constexpr (kBMn) {
+#pragma unroll
+          for (int j = 0; j < kBN / 64; ++j)
+            SM90_TMA_LOAD_3D::copy(&q.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
+        } else {
+          SM90_TMA_LOAD_3D::copy(&q.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
+        }
+        walk.advance();
+      };
       StageWalk<kStages> walk;
+      if (cin != nullptr) cin->restore(walk);
       for (int i = 0; i < count; ++i) {
-        const TileCoord t = resolve_tile<kBN>(p, a, i, lane_idx);
+        TileCoord t;
+        if (i == 0 && cin != nullptr) t = cin->tile;
+        else t = resolve_tile<kBN>(p, a, i, lane_idx);
         if (!t.valid) break;
         bool load_kept, drain;
-        const int kept = walk.start_tile(keep_allowed(t), t.num_kb, along_n(), keep_group(t), load_kept, drain);
+        const int kept = walk.start_tile(keep_allowed(p, t), t.num_kb, along_n(a), keep_group(p, t), load_kept, drain);
         const bool skip_a = kept == kKeepA && !load_kept, skip_b = kept == kKeepB && !load_kept;
+        // The carried k blocks of the first tile are in flight (the previous task drained for them).
+        const int first_kb = i == 0 && cin != nullptr ? cin->loads : 0;
         if (lane_idx == 0) {
-          if (drain) {
+          if (drain && first_kb == 0) {
 #pragma unroll
             for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
           }
-          for (int kb = 0; kb < t.num_kb; ++kb) {
-            const int stage = walk.stage;
-            cutlass::arch::ClusterBarrier::wait(&empty[stage], walk.phase ^ 1);
+#pragma unroll 1
+          for (int kb = 0; kb < first_kb; ++kb) walk.advance();
+          // With the carry, the CTA's next task is claimed kGemmClaimLead k blocks before the run's
+          // last load (its claim and the reads after it are a chain of L2 round trips that must end
+          // before this task's consumers do); else after the last load (loads_issued).
+          const int claim_kb = t.num_kb > kGemmClaimLead ? t.num_kb - kGemmClaimLead : 0;
+          for (int kb = first_kb; kb < t.num_kb; ++kb) {
             if (kb == 0) KOSMOS_GEMM_MARK(1, 4);
             if (kb == t.num_kb - 1) KOSMOS_GEMM_MARK(1, 5);
+            if constexpr (kCarry) {
+              if (i == count - 1 && kb == claim_kb) wait.claim_soon();
+            }
             if constexpr (std::is_same_v<decltype(wait(0, 0)), bool>) {
               if (wait(t.wait_m, kb)) fence_proxy_async_global();
             } else {
               wait(t.wait_m, kb);
               fence_proxy_async_global();
             }
-            const bool tail = kTail > 0 && t.tail > 0;  // never with a resident operand (StageWalk)
-            const uint32_t bytes = (skip_a ? 0u : uint32_t(Cfg::kStageBytesA)) +
-                                   (skip_b ? 0u : uint32_t(Cfg::kStageBytesB)) + (tail ? uint32_t(Cfg::kStageBytesT) : 0u);
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[stage], bytes);
-            T* sa = smem_a + walk.a_index(kb, stage) * (kBM * kBK);
-            T* sb = smem_b + walk.b_index(kb, stage) * (kBN * kBK);
-            const int k0 = t.k_base + kb * kBK;
-            if constexpr (kTail > 0) {  // the merged tail's rows, [a_row0 + BM, + kTail) (past them: masked)
-              if (tail) SM90_TMA_LOAD_2D::copy(&p.tma_t, &full[stage], hint, smem_t + stage * (kTail * kBK), k0, t.a_row0 + kBM);
-            }
-            if (skip_a) {
-              // A of this k block is resident (an earlier tile of the run loaded it).
-            } else if constexpr (kAMn) {
-#pragma unroll
-              for (int j = 0; j < kBM / 64; ++j)
-                SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa + j * 64 * kBK, t.a_row0 + 64 * j, k0);
-            } else {
-              SM90_TMA_LOAD_2D::copy(&p.tma_a, &full[stage], hint, sa, k0, t.a_row0);
-            }
-            if (skip_b) {
-              // B likewise.
-            } else if constexpr (kPairB) {
-              if (uint32_t(kb & 1) == cute::block_rank_in_cluster())
-                SM90_TMA_LOAD_MULTICAST_3D::copy(&p.tma_b, &full[stage], uint16_t(0x3), hint, sb, k0, t.n0, t.group);
-            } else if constexpr (kBMn) {
-#pragma unroll
-              for (int j = 0; j < kBN / 64; ++j)
-                SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb + j * 64 * kBK, t.n0 + 64 * j, k0, t.group);
-            } else {
-              SM90_TMA_LOAD_3D::copy(&p.tma_b, &full[stage], hint, sb, k0, t.n0, t.group);
-            }
-            walk.advance();
+            load_k_block(p, t, kb, skip_a, skip_b, walk);
           }
           KOSMOS_GEMM_NEXT(1);
         }
@@ -725,6 +788,46 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       // overlaps the consumers' last k-blocks and epilogue (the runtime claims the next task).
       if constexpr (requires { wait.loads_issued(); }) {
         if (lane_idx == 0) wait.loads_issued();
+      }
+      // Ring carry: when the CTA's next task (claimed above) is a ready GEMM tile of this tile shape
+      // and these operand majors, load its first tile's first k blocks (up to a ring; those whose
+      // operand waits are met, checked without spinning) into the ring now, under this task's last
+      // k blocks and epilogue, and leave it the ring's position and the tile's coordinates.
+      if constexpr (kCarry) {
+        if (wait.carries()) {
+          if (lane_idx == 0) wait.check_next();
+          __syncwarp();  // lane 0's claim and readiness (shared memory) before every lane reads them
+          GemmTileArgs na{};
+          typename Waiter::NextTask nx{};
+          if (wait.next_gemm(na, nx) && wait.problem(nx.problem).tile_shape == p.tile_shape &&
+              ((wait.problem(nx.problem).layout ^ p.layout) & (kGemmAColMajor | kGemmBTransposed | kGemmMergeTails)) == 0) {
+            const TileCoord nt = resolve_tile<kBN>(wait.problem(nx.problem), na, 0, lane_idx);  // the whole warp
+            const bool n_along = along_n(na);
+            if (lane_idx == 0 && nt.valid && nt.num_kb > 0) {
+              int n = 0;
+              const int most = nt.num_kb < kStages ? nt.num_kb : kStages;
+              while (n < most && wait.next_ready(nx, nt.wait_m, n)) ++n;
+              if (n > 0) {
+                const GemmParams& nq = wait.problem(nx.problem);
+                RingCarry* out = static_cast<RingCarry*>(wait.carry_out());
+                walk.new_task();
+                out->save(walk, nt, n);  // the walk as the next call starts it, before its first tile
+                bool load_kept, drain;
+                const int kept = walk.start_tile(keep_allowed(nq, nt), nt.num_kb, n_along, keep_group(nq, nt),
+                                                 load_kept, drain);
+                if (drain) {
+#pragma unroll
+                  for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
+                }
+                if (nx.fence) fence_proxy_async_global();
+#pragma unroll 1
+                for (int kb = 0; kb < n; ++kb)
+                  load_k_block(nq, nt, kb, kept == kKeepA && !load_kept, kept == kKeepB && !load_kept, walk);
+                wait.carry_commit();
+              }
+            }
+          }
+        }
       }
     }
     if constexpr (kSetMaxNReg) {
@@ -765,11 +868,14 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     const bool signal_thread = (ct % 128) == 0;
 
     StageWalk<kStages> walk;
+    if (cin != nullptr) cin->restore(walk);
     for (int i = 0; i < count; ++i) {
-      const TileCoord t = resolve_tile<kBN>(p, a, i, lane);
+      TileCoord t;
+      if (i == 0 && cin != nullptr) t = cin->tile;
+      else t = resolve_tile<kBN>(p, a, i, lane);
       if (!t.valid) break;
       bool load_kept, drain;  // the producer's business; the consumers need the walk's areas
-      walk.start_tile(keep_allowed(t), t.num_kb, along_n(), keep_group(t), load_kept, drain);
+      walk.start_tile(keep_allowed(p, t), t.num_kb, along_n(a), keep_group(p, t), load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
       mma.accumulate_ = GMMA::ScaleOut::Zero;

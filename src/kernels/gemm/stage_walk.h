@@ -34,7 +34,8 @@
 
 namespace kosmos::kernels::gemm::detail {
 
-enum : int { kKeepNone = 0, kKeepA = 1, kKeepB = 2 };
+// kKeepStale: the resident areas hold an operand of the previous task (new_task); no tile shares it.
+enum : int { kKeepNone = 0, kKeepA = 1, kKeepB = 2, kKeepStale = 3 };
 
 template <int kStages>
 struct StageWalk {
@@ -56,6 +57,12 @@ struct StageWalk {
     kept = want;
     kept_group = group;
     return want;
+  }
+  // The walk goes on into the CTA's next task (the ring carry, gemm_tile.cuh): whatever is resident
+  // belongs to a run of the task before, which no tile of the next one shares (another tile's
+  // columns or rows), so the next tile that keeps or streams drains first.
+  KOSMOS_STAGE_WALK_FN void new_task() {
+    if (kept != kKeepNone) kept = kKeepStale;
   }
   // The parity the next use of stage s completes with; its previous use's release has the other.
   KOSMOS_STAGE_WALK_FN uint32_t next_parity(int s) const { return s >= stage ? phase : phase ^ 1u; }
