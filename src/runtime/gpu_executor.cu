@@ -185,7 +185,7 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   KOSMOS_CHECK(p.claim_ahead <= kClaimAheadAlways, "GpuOptions::claim_ahead must be 0, 1 or 2 (got ", p.claim_ahead,
                "; KOSMOS_CLAIM_AHEAD overrides it)");
   p.ring_carry = env_override("KOSMOS_RING_CARRY", options.ring_carry);
-  KOSMOS_CHECK(p.ring_carry <= 1, "GpuOptions::ring_carry must be 0 or 1 (got ", p.ring_carry,
+  KOSMOS_CHECK(p.ring_carry <= 2, "GpuOptions::ring_carry must be 0, 1 or 2 (got ", p.ring_carry,
                "; KOSMOS_RING_CARRY overrides it)");
   *out = std::move(ex);
   return Status::ok();
