@@ -134,8 +134,9 @@ struct GpuOptions {
   // Ring carry (with claim_ahead = 1): a GEMM tile whose CTA's next task is a ready GEMM tile of the
   // same tile shape and operand majors loads that tile's first k blocks (up to a ring) under its own
   // last k blocks and epilogue, and hands the ring over (docs/design/gemm.md, "Ring carry"). 1 (default):
-  // tiles whose outputs no other task of the launch awaits; 2: every tile (measured slower in fused
-  // layers); 0: never. KOSMOS_RING_CARRY=0|1|2, when set, overrides this (A/B measurements).
+  // in launches of GEMM tiles alone (kosmos::Gemm, a composition's GEMM launches); 2: in every launch
+  // (a fused layer's, measured 3-5 % slower with it); 0: never. KOSMOS_RING_CARRY=0|1|2, when set,
+  // overrides this (A/B measurements).
   uint32_t ring_carry = 1;
 };
 

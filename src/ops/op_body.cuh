@@ -51,20 +51,13 @@ struct RuntimeGemmWaiter {
   __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
 
   // ---- The ring carry (gemm_tile.cuh; docs/design/gemm.md, "Ring carry") ----------------------
-  // launch_carries: bodies may claim ahead (their context has the claim) and GpuOptions::ring_carry
-  // is on. carries: this task carries into the next. Tasks whose outputs another task awaits (they
-  // signal counters) carry only with ring_carry = 2:
-  // their consumers wait for their TMA stores to be written before the release, and carried loads
-  // ahead of those stores delayed every such task (twenty-seventh session: the fused MoE forward
-  // 3.15 -> 3.29 ms at Qwen3 T = 4096 with them, while its separate GEMM launches gained 3-10 %).
-  __device__ __forceinline__ bool launch_carries() const { return ctx->ahead != nullptr && ctx->p->ring_carry != 0; }
-  __device__ __forceinline__ bool carries() const {
-    return launch_carries() && (ctx->p->ring_carry == 2 || task->num_signals == 0);
-  }
+  // Whether this launch carries: bodies may claim ahead (their context has the claim) and the
+  // executor turned the carry on for it (GpuOptions::ring_carry: GEMM-only launches by default).
+  __device__ __forceinline__ bool carries() const { return ctx->ahead != nullptr && ctx->p->ring_carry != 0; }
   __device__ __forceinline__ uint32_t slot() const { return uint32_t(task - ctx->p->tasks); }
   // Every thread, at the call's entry: the record the CTA's previous task left for this one, or null.
   __device__ __forceinline__ const void* carried_in() const {
-    if (!launch_carries()) return nullptr;  // (whatever this task's outputs: the task before decided)
+    if (!carries()) return nullptr;
     const runtime::BodyCarry& c = ctx->ahead->carry;
     const uint32_t s = slot();
     return c.slot[0] == s ? c.words[0] : c.slot[1] == s ? c.words[1] : nullptr;
@@ -72,7 +65,7 @@ struct RuntimeGemmWaiter {
   // The producer thread, once, kGemmClaimLead k blocks before its last load: the claim's atomic now
   // (TaskContext::take_ticket; loads_issued completes it).
   __device__ __forceinline__ void claim_soon() const {
-    if (launch_carries()) ctx->take_ticket();
+    if (carries()) ctx->take_ticket();
   }
   // The producer thread, after its last load: whether the claimed task is ready now (its
   // non-deferred waits, once more without spinning when they were not at the claim).

@@ -38,7 +38,7 @@ struct KernelParamsHeader {
   uint64_t watchdog_ns;
   uint32_t sys_scope;           // 1: counters/buffers span GPUs, use .sys fences and atomics
   uint32_t claim_ahead;         // ClaimAhead: 0 off, 1 bodies may claim their CTA's next task, 2 every task does (tests)
-  uint32_t ring_carry;          // GEMM tiles load their CTA's next (claimed-ahead, ready) GEMM tile's first k blocks: 0 never, 1 when no task awaits their outputs, 2 always
+  uint32_t ring_carry;          // 1: a GEMM tile loads its CTA's next (claimed-ahead, ready) GEMM tile's first k blocks
 };
 
 // The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:
