@@ -20,7 +20,6 @@ for l in nt nn; do
   timeout 100 "$B" --grouped-only --layout $l --reps 20 --compare-carry --json $OUT/gemm/gemm-engine-grouped-$l-$g-27th.json > $OUT/gemm/grouped-$l.txt 2>&1
   echo "grouped $l rc=$? $(el)"; grep -E "^ +[0-9.]+ TF/s|as kosmos::Gemm|^moe" $OUT/gemm/grouped-$l.txt | cut -c1-140
 done
-S=$(python3 -c "import json; d=json.load(open('$OUT/gemm/gemm-engine-grouped-nt-$g-27th.json')); print(d.get('group_sizes_path',''))" 2>/dev/null)
 timeout 60 "$B" --dump-groups $OUT/gemm/sizes.json --dump-only > /dev/null 2>&1
 timeout 90 python3 bench/torch_baselines.py grouped-gemm --sizes $OUT/gemm/sizes.json --data uniform --json $OUT/gemm/torch-grouped-mm-uniform-$g-27th.json > $OUT/gemm/torch-grouped.txt 2>&1
 echo "torch grouped rc=$? $(grep -iE 'TF' $OUT/gemm/torch-grouped.txt | tr '\n' ';' | cut -c1-300) $(el)"
