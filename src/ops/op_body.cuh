@@ -45,7 +45,12 @@ struct RuntimeGemmWaiter {
   // After the producer thread (thread 0) issued the task's last load: claim the CTA's next task
   // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next), or complete the
   // claim claim_soon began.
-  __device__ __forceinline__ void loads_issued() const { ctx->claim_next(); }
+  static constexpr uint32_t kNoTicket = 0xFFFFFFFFu;
+  uint32_t ticket = kNoTicket;  // claim_soon's atomic; its result is first read here
+  __device__ __forceinline__ void loads_issued() const {
+    if (ticket != kNoTicket) ctx->finish_ticket(ticket);
+    ctx->claim_next();
+  }
   // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
   // must have been written, not only read from shared memory, before the runtime's release.
   __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
@@ -62,10 +67,10 @@ struct RuntimeGemmWaiter {
     const uint32_t s = slot();
     return c.slot[0] == s ? c.words[0] : c.slot[1] == s ? c.words[1] : nullptr;
   }
-  // The producer thread, once, kGemmClaimLead k blocks before its last load: the claim's atomic now
-  // (TaskContext::take_ticket; loads_issued completes it).
-  __device__ __forceinline__ void claim_soon() const {
-    if (carries()) ctx->take_ticket();
+  // The producer thread, once, kGemmClaimLead k blocks before its last load: the claim's atomic now,
+  // not waited for (TaskContext::issue_ticket; loads_issued completes the claim).
+  __device__ __forceinline__ void claim_soon() {
+    if (carries() && ctx->p->claim_ahead == runtime::kClaimAheadBodies) ticket = ctx->issue_ticket();
   }
   // The producer thread, after its last load: whether the claimed task is ready now (its
   // non-deferred waits, once more without spinning when they were not at the claim).

@@ -85,7 +85,7 @@ struct BodyCarry {
 struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
   uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
-  uint32_t half;   // take_ticket claimed `slot`; claim_next has yet to read it (ready and signals unset)
+  uint32_t half;   // finish_ticket claimed `slot`; claim_next has yet to read it (ready and signals unset)
   SignalList signals;  // `slot`'s, read at claim time under the body's tail
   BodyCarry carry;
 };
@@ -97,14 +97,16 @@ struct AheadClaim {
 // may still run their last task, which reads neither again), and this one resets the ticket and
 // advances the epoch for the next launch. An aborted run stops claiming early and is reset by the
 // host's recovery (GpuExecutor::finish).
-__device__ __forceinline__ uint32_t claim_ticket(const KernelParamsHeader& p, uint64_t epoch) {
-  const uint32_t ticket = atomicAdd(&p.state->ticket, 1u);
+__device__ __forceinline__ uint32_t slot_of_ticket(const KernelParamsHeader& p, uint64_t epoch, uint32_t ticket) {
   if (ticket == p.num_tasks - 1) {
     p.state->ticket = 0;
     if (ld_relaxed_gpu(&p.state->abort) == 0u) p.state->epoch = epoch + 1;
   }
   const uint32_t slot = gridDim.x + ticket;
   return slot < p.num_tasks ? slot : kNoSlot;
+}
+__device__ __forceinline__ uint32_t claim_ticket(const KernelParamsHeader& p, uint64_t epoch) {
+  return slot_of_ticket(p, epoch, atomicAdd(&p.state->ticket, 1u));
 }
 
 // What a task body sees of the runtime.
@@ -166,7 +168,7 @@ struct TaskContext {
 
   // Thread 0 of a body, at most once per task: claims the CTA's next task now (see the header).
   // Non-blocking: one atomic, the task's wait list and one acquire load per wait, no spinning.
-  // Called once per task unless take_ticket was: then it completes that claim (the same reads).
+  // Called once per task; after finish_ticket it completes that claim (the same reads).
   __device__ __forceinline__ void claim_next() const {
     if (ahead == nullptr) return;
     uint32_t slot;
@@ -193,13 +195,17 @@ struct TaskContext {
     ahead->ready = ready;
   }
 
-  // Thread 0 of a body, before claim_next (which it must still call): the claim's first half, the
-  // ticket's atomic alone (few registers: the GEMM producer calls it inside its k-loop, a few k
-  // blocks before its last load, so that the round trips of the whole claim end under its
-  // consumers' tail). The task's record is prefetched for claim_next.
-  __device__ __forceinline__ void take_ticket() const {
-    if (ahead == nullptr || p->claim_ahead == kClaimAheadOff || aborted()) return;
-    const uint32_t slot = claim_ticket(*p, epoch);
+  // The claim in three parts, for the GEMM producer (claim_soon, gemm_tile.cuh): issue_ticket, in its
+  // k-loop a few k blocks before its last load, only issues the ticket's atomic -- its result is
+  // read after the last load (a thread that waited for it there stopped issuing loads for an L2
+  // round trip, and the ring ran dry: 4 % on a 10 us GEMM); finish_ticket turns it into the
+  // claimed slot (and prefetches its task); claim_next, which must still follow, reads the rest.
+  // Only with claim_ahead = 1 (ahead non-null); an aborted run's ticket is dropped (the loop top
+  // then sees the abort; the host's recovery resets the ticket).
+  __device__ __forceinline__ uint32_t issue_ticket() const { return atomicAdd(&p->state->ticket, 1u); }
+  __device__ __forceinline__ void finish_ticket(uint32_t ticket) const {
+    const uint32_t slot = slot_of_ticket(*p, epoch, ticket);
+    if (aborted()) return;
     if (slot != kNoSlot) asm volatile("prefetch.global.L1 [%0];" ::"l"(p->tasks + slot));
     ahead->slot = slot;
     ahead->half = 1;
