@@ -24,7 +24,9 @@
 // sitting between two tasks. Still deadlock-free: a CTA holds at most one claimed-ahead task, and
 // only while its current task -- which has the lower slot -- runs; so the lowest unfinished claimed
 // task is never one held ahead (its holder's current task would be lower and unfinished), and it
-// makes progress as before.
+// makes progress as before. The GEMM producer may split the claim (issue_ticket in its k-loop,
+// finish_ticket after its last load, then claim_next) and hand the claimed task state in shared
+// memory (AheadClaim::carry, the ring carry: docs/design/runtime.md); the argument is the same.
 //
 // Shared memory: a few scalars static; the dynamic part belongs to the task bodies.
 #pragma once

@@ -31,8 +31,9 @@
 //   231,552 of the 232,448 B a CTA may have. The merged-tail tile (kGemmMergeTails,
 //   Config128x256Tail) has a 32 x 64 A area per stage after the A ring and one staging buffer
 //   (229,440 B). Nothing in shared memory survives the call.
-// Sync protocol (per call; barriers are re-initialised at the start of every call, so nothing
-// carries over between calls): thread 0 inits full (count 1) / empty (count 2 = one arrive per
+// Sync protocol (per call; barriers are re-initialised at the start of every call unless the call
+// was carried into -- the ring carry below, docs/design/gemm.md: then the barriers, the ring's walk
+// and its first k blocks come from the CTA's previous task): thread 0 inits full (count 1) / empty (count 2 = one arrive per
 // consumer warpgroup), fence, __syncthreads. Producer: wait empty[s] -> hook -> fence.proxy.async
 // -> arrive_and_expect_tx(full[s], bytes) -> TMA loads complete_tx on full[s]. Consumers: wait
 // full[s] -> wgmma -> after the NEXT k-block's wgmma batch is issued, wgmma.wait_group 1 -> one
@@ -48,7 +49,9 @@
 // barriers 1 (384 threads: 256 consumer arrivals + 128 producer waits) and 2 (the 256 consumer
 // threads) once each at the end of every call. The staging area is private per warp (__syncwarp).
 // Hook: wait(m_block, k_block) is called by the single producer thread before each A k-block load,
-// and wait.loads_issued() (if the hook has it) once after the call's last load,
+// and wait.loads_issued() (if the hook has it) once after the call's last load; a hook with
+// carried_in() also offers the ring carry (claim_soon, check_next, next_gemm, next_ready,
+// carry_out, carry_commit: RuntimeGemmWaiter, op_body.cuh),
 // m_block = dense m block, or the GROUP index for grouped problems. If it returns bool, the
 // fence.proxy.async.global follows only when it returns true (it acquired something); if it
 // returns void the fence always follows.
