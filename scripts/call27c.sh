@@ -14,15 +14,8 @@ mv $OUT/results.tgz $OUT/tests-c27c.tgz; echo "tests $(el)"
 CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,--tokens,4096,--skip-cublas" \
   ROUNDS=2 scripts/variants.sh ab c27c c27c@KOSMOS_RING_CARRY=0 2>&1 | grep -v "^    "
 mv $OUT/variants-logs.tgz $OUT/ab-logs.tgz; echo "ab $(el)"
+grouped_carry_table c27c 27th
 B=$(scripts/variants.sh unpack c27c gemm_engine_bench) || exit 1
-mkdir -p $OUT/gemm
-for l in nt nn; do
-  timeout 100 "$B" --grouped-only --layout $l --reps 20 --compare-carry --json $OUT/gemm/gemm-engine-grouped-$l-$g-27th.json > $OUT/gemm/grouped-$l.txt 2>&1
-  echo "grouped $l rc=$? $(el)"; grep -E "^ +[0-9.]+ TF/s|as kosmos::Gemm|^moe" $OUT/gemm/grouped-$l.txt | cut -c1-140
-done
-timeout 60 "$B" --dump-groups $OUT/gemm/sizes.json --dump-only > /dev/null 2>&1
-timeout 90 python3 bench/torch_baselines.py grouped-gemm --sizes $OUT/gemm/sizes.json --data uniform --json $OUT/gemm/torch-grouped-mm-uniform-$g-27th.json > $OUT/gemm/torch-grouped.txt 2>&1
-echo "torch grouped rc=$? $(grep -iE 'TF' $OUT/gemm/torch-grouped.txt | tr '\n' ';' | cut -c1-300) $(el)"
 moe_final_form c27c 27th
 echo "final form $(el)"
 timeout 110 "$B" --dense-only --reps 10 --compare-carry --json $OUT/gemm/gemm-engine-dense-$g-27th.json > $OUT/gemm/dense.txt 2>&1

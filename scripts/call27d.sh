@@ -5,15 +5,8 @@
 #   run(command="scripts/call27d.sh", carry=["build/variants/c27d"])
 . "$(dirname "$0")/device_lib.sh"
 device_start
+grouped_carry_table c27d 27th
 B=$(scripts/variants.sh unpack c27d gemm_engine_bench) || exit 1
-mkdir -p $OUT/gemm
-for l in nt nn; do
-  timeout 100 "$B" --grouped-only --layout $l --reps 20 --compare-carry --json $OUT/gemm/gemm-engine-grouped-$l-$g-27th.json > $OUT/gemm/grouped-$l.txt 2>&1
-  echo "grouped $l rc=$? $(el)"; grep -E "^ +[0-9.]+ TF/s|as kosmos::Gemm|^moe" $OUT/gemm/grouped-$l.txt | cut -c1-140
-done
-timeout 60 "$B" --dump-groups $OUT/gemm/sizes.json --dump-only > /dev/null 2>&1
-timeout 90 python3 bench/torch_baselines.py grouped-gemm --sizes $OUT/gemm/sizes.json --data uniform --json $OUT/gemm/torch-grouped-mm-uniform-$g-27th.json > $OUT/gemm/torch-grouped.txt 2>&1
-echo "torch grouped rc=$? $(el)"; grep -E "moe" $OUT/gemm/torch-grouped.txt
 timeout 110 "$B" --dense-only --reps 10 --compare-carry --json $OUT/gemm/gemm-engine-dense-$g-27th.json > $OUT/gemm/dense.txt 2>&1
 echo "dense rc=$? $(el)"; grep -E "geomean|^ +[0-9.]+ TF/s .*(default:|carry)" $OUT/gemm/dense.txt | cut -c1-100 | head -30
 tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm

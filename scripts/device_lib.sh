@@ -16,6 +16,10 @@
 # moe_rounds BIN ROUNDS DIR "TAG:ARGS ..." [EXTRA...]
 #                  -- each case (ARGS: `bench moe` arguments, commas for spaces) run once per round,
 #                     cases alternated, with EXTRA appended; logs DIR/fwd-TAG-ROUND.txt; one line each.
+# grouped_carry_table V TAG
+#                  -- issue 3's grouped case with V's gemm_engine_bench, B [N, K] and [K, N], with
+#                     --compare-carry, then torch._grouped_mm on the same group sizes (uniform
+#                     operands); JSON and logs under $OUT/gemm (gemm-engine-grouped-*-$g-TAG.json).
 set -u
 
 device_start() {
@@ -71,4 +75,17 @@ moe_final_form() {
   done
   rm -f $OUT/bwd/routing-*.json
   tar czf $OUT/fwd.tgz -C $OUT fwd && tar czf $OUT/bwd.tgz -C $OUT bwd && rm -rf $OUT/fwd $OUT/bwd
+}
+
+grouped_carry_table() {
+  local variant=$1 tag=$2 B l
+  B=$(scripts/variants.sh unpack "$variant" gemm_engine_bench) || return 1
+  mkdir -p $OUT/gemm
+  for l in nt nn; do
+    timeout 100 "$B" --grouped-only --layout $l --reps 20 --compare-carry --json $OUT/gemm/gemm-engine-grouped-$l-$g-$tag.json > $OUT/gemm/grouped-$l.txt 2>&1
+    echo "grouped $l rc=$? $(el)"; grep -E "^ +[0-9.]+ TF/s|as kosmos::Gemm|^moe" $OUT/gemm/grouped-$l.txt | cut -c1-140
+  done
+  timeout 60 "$B" --dump-groups $OUT/gemm/sizes.json --dump-only > /dev/null 2>&1
+  timeout 90 python3 bench/torch_baselines.py grouped-gemm --sizes $OUT/gemm/sizes.json --data uniform --json $OUT/gemm/torch-grouped-mm-uniform-$g-$tag.json > $OUT/gemm/torch-grouped.txt 2>&1
+  echo "torch grouped rc=$? $(el)"; grep -E "moe" $OUT/gemm/torch-grouped.txt
 }
