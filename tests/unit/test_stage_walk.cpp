@@ -6,7 +6,9 @@
 // k block's batch is issued, or at the tile's end). Random interleavings of the three, over random
 // runs of tiles (kept or not, K up to two blocks past one ring, groups changing mid-run, empty
 // grouped-K tiles), must never deadlock, never write bytes a read in flight still uses, and every
-// read must find the operand block it expects, landed. (The twenty-fifth session's partial keep,
+// read must find the operand block it expects, landed. Sequences of a CTA's tasks run the same way,
+// each after the first starting fresh or carried into (the ring carry: the walk goes on, up to a ring
+// of the next task's first k blocks loaded before the task before is done). (The twenty-fifth session's partial keep,
 // since removed, was written against this model first; mutations of its drain, ring length and
 // stage reset each failed it.)
 #include <gtest/gtest.h>
