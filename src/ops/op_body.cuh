@@ -70,7 +70,7 @@ struct RuntimeGemmWaiter {
   // The producer thread, once, kGemmClaimLead k blocks before its last load: the claim's atomic now,
   // not waited for (TaskContext::issue_ticket; loads_issued completes the claim).
   __device__ __forceinline__ void claim_soon() {
-    if (carries() && ctx->p->claim_ahead == runtime::kClaimAheadBodies) ticket = ctx->issue_ticket();
+    if (carries()) ticket = ctx->issue_ticket();  // (carries: a context with the claim, claim_ahead = 1)
   }
   // The producer thread, after its last load: whether the claimed task is ready now (its
   // non-deferred waits, once more without spinning when they were not at the claim).

@@ -75,7 +75,7 @@ struct SignalList {
 
 // What a body hands to the CTA's next task (shared memory; opaque to the runtime): the GEMM tile's
 // ring carry (gemm_tile.cuh, "Ring carry"). Two records, so that a body reads its own while it
-// writes its successor's: record r is for task carry_slot[r] (kNotClaimed: none).
+// writes its successor's: record r is for task slot[r] (kNotClaimed: none).
 inline constexpr uint32_t kBodyCarryWords = 16;
 struct BodyCarry {
   uint32_t slot[2];
@@ -168,6 +168,16 @@ struct TaskContext {
     return counter_reached(t, counter, plan::kWaitAll);
   }
 
+  // Whether every non-deferred wait of task t is already met (one acquire load each, in order,
+  // stopping at the first unmet; no spinning).
+  __device__ __forceinline__ bool waits_met(const plan::Task& t) const {
+    for (uint32_t w = 0; w < t.num_waits; ++w) {
+      const plan::Wait wt = p->waits[t.first_wait + w];
+      if (!wt.deferred() && !counter_reached(t, wt.counter, wt.value())) return false;
+    }
+    return true;
+  }
+
   // Thread 0 of a body, at most once per task: claims the CTA's next task now (see the header).
   // Non-blocking: one atomic, the task's wait list and one acquire load per wait, no spinning.
   // Called once per task; after finish_ticket it completes that claim (the same reads).
@@ -182,13 +192,7 @@ struct TaskContext {
       slot = claim_ticket(*p, epoch);
     }
     uint32_t ready = 1;
-    if (slot != kNoSlot) {
-      const plan::Task& next = p->tasks[slot];
-      for (uint32_t w = 0; w < next.num_waits && ready; ++w) {
-        const plan::Wait wt = p->waits[next.first_wait + w];
-        if (!wt.deferred()) ready = counter_reached(next, wt.counter, wt.value());
-      }
-    }
+    if (slot != kNoSlot) ready = waits_met(p->tasks[slot]);
     if (slot != kNoSlot) {
       const plan::Task& next = p->tasks[slot];
       ahead->signals.load(*p, next);
@@ -221,11 +225,7 @@ struct TaskContext {
     const uint32_t slot = ahead->slot;
     if (slot == kNotClaimed || slot == kNoSlot) return false;
     if (ahead->ready) return true;
-    const plan::Task& next = p->tasks[slot];
-    for (uint32_t w = 0; w < next.num_waits; ++w) {
-      const plan::Wait wt = p->waits[next.first_wait + w];
-      if (!wt.deferred() && !counter_reached(next, wt.counter, wt.value())) return false;
-    }
+    if (!waits_met(p->tasks[slot])) return false;
     ahead->ready = 1;
     return true;
   }

@@ -172,82 +172,82 @@ TEST(GpuGemmOp, GroupedMergedTailsEqualSeparateTiles) {
   const int64_t rows = merged_tail_groups(8, &gm, &off);
   const int G = int(gm.size());
   for (const int64_t k : {int64_t(1000), int64_t(192)}) {
-  SCOPED_TRACE("k " + std::to_string(k));
-  const int64_t n = 512;
-  auto a = random_bf16(size_t(rows) * k, 91), b = random_bf16(size_t(G) * k * n, 92);
-  std::vector<float> scale(rows);
-  for (int64_t i = 0; i < rows; ++i) scale[i] = 0.5f + float(i % 7) / 7.0f;
-  Dev da(a.size() * 2), db(b.size() * 2), ds(rows * 4), dgm(G * 4), doff(G * 4), dc(size_t(rows) * n * 2);
-  cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(ds.p, scale.data(), rows * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(doff.p, off.data(), G * 4, cudaMemcpyHostToDevice);
-  for (uint32_t epi : {kEpilogueStore, kEpilogueRowScale, kEpilogueSwiGLU}) {
-    SCOPED_TRACE("epilogue " + std::to_string(epi));
-    const int64_t n_out = (epi & kEpilogueSwiGLU) ? n / 2 : n;
-    GemmArguments g;
-    g.a = da.p;
-    g.lda = k;
-    g.b = db.p;
-    g.ldb = n;
-    g.c = dc.p;
-    g.ldc = n_out;
-    g.m = rows;
-    g.n = n;
-    g.k = k;
-    g.epilogue = epi;
-    g.row_scale = static_cast<const float*>(ds.p);
-    g.num_groups = G;
-    g.group_m = static_cast<const int*>(dgm.p);
-    g.group_offset = static_cast<const int*>(doff.p);
-    std::vector<uint16_t> c[4];  // [2 * carry + merge]
-    for (int run = 0; run < 4; ++run) {
-      const int merge = run % 2;
-      ScopedEnv carry("KOSMOS_RING_CARRY", run / 2 ? "1" : "0");
-      GemmOptions o;
-      o.merge_tails = merge != 0 ? GemmMergeTails::kOn : GemmMergeTails::kOff;
-      std::unique_ptr<Gemm> plan;
-      Status s = Gemm::plan(g, o, &plan);
-      ASSERT_TRUE(s.is_ok()) << s.to_string();
-      EXPECT_EQ(plan->raster().find("tails of <= 32 rows merged") != std::string::npos, merge != 0) << plan->raster();
-      cudaMemset(dc.p, 0xFF, size_t(rows) * n_out * 2);  // poison: NaN
-      ASSERT_TRUE(plan->run().is_ok());
-      s = plan->finish();
-      ASSERT_TRUE(s.is_ok()) << s.to_string();
-      c[run].resize(size_t(rows) * n_out);
-      cudaMemcpy(c[run].data(), dc.p, c[run].size() * 2, cudaMemcpyDeviceToHost);
-    }
-    for (int run = 1; run < 4; ++run) {
-      size_t diff = 0;
-      for (size_t i = 0; i < c[0].size(); ++i) diff += c[0][i] != c[run][i];
-      EXPECT_EQ(diff, 0u) << "elements differing from separate tail tiles without the carry: merged " << run % 2
-                          << ", carry " << run / 2;
-    }
-    // fp64 (reference_gemm, group by group) on each group's first, 128th..131st and last rows (the
-    // merged tails' rows included).
-    std::vector<uint16_t> got;
-    std::vector<double> ref;
-    int64_t sampled = 0;
-    for (int grp = 0; grp < G; ++grp) {
-      std::vector<uint16_t> ar;
-      std::vector<float> sr;
-      for (int r : {0, 127, 128, 129, 130, 255, 256, 257, gm[grp] - 1}) {
-        if (r < 0 || r >= gm[grp]) continue;
-        const int64_t row = off[grp] + r;
-        ar.insert(ar.end(), a.begin() + row * k, a.begin() + (row + 1) * k);
-        got.insert(got.end(), c[3].begin() + row * n_out, c[3].begin() + (row + 1) * n_out);
-        sr.push_back(scale[row]);
+    SCOPED_TRACE("k " + std::to_string(k));
+    const int64_t n = 512;
+    auto a = random_bf16(size_t(rows) * k, 91), b = random_bf16(size_t(G) * k * n, 92);
+    std::vector<float> scale(rows);
+    for (int64_t i = 0; i < rows; ++i) scale[i] = 0.5f + float(i % 7) / 7.0f;
+    Dev da(a.size() * 2), db(b.size() * 2), ds(rows * 4), dgm(G * 4), doff(G * 4), dc(size_t(rows) * n * 2);
+    cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(ds.p, scale.data(), rows * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dgm.p, gm.data(), G * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(doff.p, off.data(), G * 4, cudaMemcpyHostToDevice);
+    for (uint32_t epi : {kEpilogueStore, kEpilogueRowScale, kEpilogueSwiGLU}) {
+      SCOPED_TRACE("epilogue " + std::to_string(epi));
+      const int64_t n_out = (epi & kEpilogueSwiGLU) ? n / 2 : n;
+      GemmArguments g;
+      g.a = da.p;
+      g.lda = k;
+      g.b = db.p;
+      g.ldb = n;
+      g.c = dc.p;
+      g.ldc = n_out;
+      g.m = rows;
+      g.n = n;
+      g.k = k;
+      g.epilogue = epi;
+      g.row_scale = static_cast<const float*>(ds.p);
+      g.num_groups = G;
+      g.group_m = static_cast<const int*>(dgm.p);
+      g.group_offset = static_cast<const int*>(doff.p);
+      std::vector<uint16_t> c[4];  // [2 * carry + merge]
+      for (int run = 0; run < 4; ++run) {
+        const int merge = run % 2;
+        ScopedEnv carry("KOSMOS_RING_CARRY", run / 2 ? "1" : "0");
+        GemmOptions o;
+        o.merge_tails = merge != 0 ? GemmMergeTails::kOn : GemmMergeTails::kOff;
+        std::unique_ptr<Gemm> plan;
+        Status s = Gemm::plan(g, o, &plan);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        EXPECT_EQ(plan->raster().find("tails of <= 32 rows merged") != std::string::npos, merge != 0) << plan->raster();
+        cudaMemset(dc.p, 0xFF, size_t(rows) * n_out * 2);  // poison: NaN
+        ASSERT_TRUE(plan->run().is_ok());
+        s = plan->finish();
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        c[run].resize(size_t(rows) * n_out);
+        cudaMemcpy(c[run].data(), dc.p, c[run].size() * 2, cudaMemcpyDeviceToHost);
       }
-      GemmArguments gr = g;
-      gr.m = int64_t(sr.size());
-      gr.num_groups = 0;
-      const std::vector<uint16_t> bg(b.begin() + size_t(grp) * k * n, b.begin() + size_t(grp + 1) * k * n);
-      const std::vector<double> rg = reference_gemm(gr, ar, bg, {}, sr, n_out);
-      ref.insert(ref.end(), rg.begin(), rg.end());
-      sampled += gr.m;
+      for (int run = 1; run < 4; ++run) {
+        size_t diff = 0;
+        for (size_t i = 0; i < c[0].size(); ++i) diff += c[0][i] != c[run][i];
+        EXPECT_EQ(diff, 0u) << "elements differing from separate tail tiles without the carry: merged " << run % 2
+                            << ", carry " << run / 2;
+      }
+      // fp64 (reference_gemm, group by group) on each group's first, 128th..131st and last rows (the
+      // merged tails' rows included).
+      std::vector<uint16_t> got;
+      std::vector<double> ref;
+      int64_t sampled = 0;
+      for (int grp = 0; grp < G; ++grp) {
+        std::vector<uint16_t> ar;
+        std::vector<float> sr;
+        for (int r : {0, 127, 128, 129, 130, 255, 256, 257, gm[grp] - 1}) {
+          if (r < 0 || r >= gm[grp]) continue;
+          const int64_t row = off[grp] + r;
+          ar.insert(ar.end(), a.begin() + row * k, a.begin() + (row + 1) * k);
+          got.insert(got.end(), c[3].begin() + row * n_out, c[3].begin() + (row + 1) * n_out);
+          sr.push_back(scale[row]);
+        }
+        GemmArguments gr = g;
+        gr.m = int64_t(sr.size());
+        gr.num_groups = 0;
+        const std::vector<uint16_t> bg(b.begin() + size_t(grp) * k * n, b.begin() + size_t(grp + 1) * k * n);
+        const std::vector<double> rg = reference_gemm(gr, ar, bg, {}, sr, n_out);
+        ref.insert(ref.end(), rg.begin(), rg.end());
+        sampled += gr.m;
+      }
+      EXPECT_LT(relative_error(got, n_out, ref, sampled, n_out), 1e-2);
     }
-    EXPECT_LT(relative_error(got, n_out, ref, sampled, n_out), 1e-2);
-  }
   }
 }

@@ -746,6 +746,11 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         }
         walk.advance();
       };
+      // Before the resident areas change: wait until the consumers released every stage's last use.
+      auto drain_ring = [&](const StageWalk<kStages>& walk) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
+      };
       StageWalk<kStages> walk;
       if (cin != nullptr) cin->restore(walk);
       for (int i = 0; i < count; ++i) {
@@ -759,10 +764,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
         // The carried k blocks of the first tile are in flight (the previous task drained for them).
         const int first_kb = i == 0 && cin != nullptr ? cin->loads : 0;
         if (lane_idx == 0) {
-          if (drain && first_kb == 0) {
-#pragma unroll
-            for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
-          }
+          if (drain && first_kb == 0) drain_ring(walk);
 #pragma unroll 1
           for (int kb = 0; kb < first_kb; ++kb) walk.advance();
           // With the carry, the CTA's next task is claimed kGemmClaimLead k blocks before the run's
@@ -818,10 +820,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
                 bool load_kept, drain;
                 const int kept = walk.start_tile(keep_allowed(nq, nt), nt.num_kb, n_along, keep_group(nq, nt),
                                                  load_kept, drain);
-                if (drain) {
-#pragma unroll
-                  for (int s = 0; s < kStages; ++s) cutlass::arch::ClusterBarrier::wait(&empty[s], walk.next_parity(s) ^ 1);
-                }
+                if (drain) drain_ring(walk);
                 if (nx.fence) fence_proxy_async_global();
 #pragma unroll 1
                 for (int kb = 0; kb < n; ++kb)
