@@ -15,7 +15,8 @@
 #                                            ROUNDS rounds (default 2), the first with --phase-times;
 #                                            one line per run: fused / unfused ms, phase times.
 #                                            NAME@VAR=VALUE runs NAME's binary with that environment
-#                                            variable set (an A/B inside one build)
+#                                            variable set (an A/B inside one build); NAME@A=1@B=2
+#                                            sets both
 #
 # Device call (carry only the packed binaries):
 #   run(command="scripts/variants.sh tests all-candidates", carry=["build/variants"])
@@ -96,7 +97,7 @@ case "$cmd" in
         for name in "$@"; do
           ph=""; [ "$round" = 1 ] && ph=--phase-times
           # shellcheck disable=SC2086
-          envs=(); [[ $name == *@* ]] && envs=("${name#*@}")
+          envs=(); [[ $name == *@* ]] && IFS=@ read -ra envs <<< "${name#*@}"
           timeout 300 env "${envs[@]}" "$(unpack "${name%%@*}" kosmos)" bench moe $args $ph > $L/$tag-$name-$round.txt 2>&1
           res=$(grep -E '^  (un)?fused( backward)? \(' $L/$tag-$name-$round.txt | awk '{printf "%s=%s ", $1, $(NF-2)}')
           # no times: say why (the run's last line)

@@ -138,6 +138,11 @@ struct GpuOptions {
   // (a fused layer's, measured 3-5 % slower with it); 0: never. KOSMOS_RING_CARRY=0|1|2, when set,
   // overrides this (A/B measurements).
   uint32_t ring_carry = 1;
+  // Who releases a finished task's signals after the CTA barrier: 0 thread 0, a fence then a
+  // red.release per signal; 1 thread 0, one fence then relaxed adds; 2 warp 1's first thread, one
+  // fence then relaxed adds, while thread 0 claims the next task (its MEMBAR waits for none of the
+  // ring carry's TMA loads, which thread 0 issued). KOSMOS_PUBLISH=0|1|2 overrides it.
+  uint32_t publish = 0;
 };
 
 class GpuExecutor {

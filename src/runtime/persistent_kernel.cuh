@@ -48,6 +48,14 @@ enum ClaimAhead : uint32_t {
   kClaimAheadAlways = 2,  // every task claims its successor as it starts (the worst case; tests)
 };
 
+// KernelParamsHeader::publish: the release of a finished task's signals (after the CTA barrier).
+enum PublishMode : uint32_t {
+  kPublishThread0Release = 0,  // thread 0: fence.acq_rel, then red.release per signal
+  kPublishThread0Relaxed = 1,  // thread 0: fence.acq_rel, then red.relaxed per signal (one fence in all)
+  kPublishWarp1Relaxed = 2,    // warp 1 lane 0 (a thread that issues no TMA loads): as 1, while
+                               // thread 0 goes on to claim the next task
+};
+
 // Signals of a task the CTA keeps in shared memory (more are read from global memory).
 inline constexpr uint32_t kCachedSignals = 8;
 
@@ -237,10 +245,15 @@ struct TaskContext {
     const uint32_t num = list.num;
     if (num == 0) return;
     if (p->sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
+    const bool relaxed = p->publish != kPublishThread0Release;
     for (uint32_t s = 0; s < num; ++s) {
       const plan::Signal sg = list.at(*p, s);
       uint64_t* c = counter_ptr(sg.rank, sg.counter);
-      if (p->sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
+      if (relaxed) {
+        if (p->sys_scope) red_add_relaxed_sys(c, sg.amount); else red_add_relaxed_gpu(c, sg.amount);
+      } else {
+        if (p->sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
+      }
     }
   }
 
@@ -325,6 +338,13 @@ __device__ __forceinline__ void run_checksum(const plan::Task& t, const TaskCont
   }
 }
 
+// The trace record of a finished task (thread 0, which timed its start).
+template <class Params>
+__device__ __forceinline__ void record_trace(const Params& p, uint32_t slot, uint64_t start_ns) {
+  const plan::Task& task = p.tasks[slot];
+  p.trace[slot] = TraceRecord{task.id, uint16_t(task.kind), task.rank, smid(), blockIdx.x, start_ns, globaltimer_ns()};
+}
+
 // Body: struct with `static constexpr int kThreads`, `static constexpr size_t kSmemBytes`, and
 // `__device__ static void run(const plan::Task&, const TaskContext&, char* smem)` for op kinds.
 template <class Body, size_t kBodyBytes = kBodyParamBytes>
@@ -344,7 +364,9 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   // global loads: reading the task and then its signal list from global memory after the body put
   // two L2 round trips on every dependency hop (the hop went from 1.31 to 1.7-2.3 us when the task
   // stopped being copied into registers).
-  __shared__ SignalList s_current;
+  // Two, by claim parity: with kPublishWarp1Relaxed warp 1 releases task i's list while thread 0
+  // already writes task i + 1's.
+  __shared__ SignalList s_current[2];
   __shared__ AheadClaim s_ahead;
 #ifdef KOSMOS_GEMM_PROBE  // diagnostic build (gemm_probe): kernel entry/exit times per CTA
   if (threadIdx.x == 0) kernels::gemm::probe::mark_kernel(0);
@@ -394,8 +416,9 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         // A reference into global memory, not a copy: keeps 64 bytes of registers free.
         const plan::Task& task = p.tasks[slot];
         const bool was_ahead = ahead_slot == slot;
-        if (was_ahead) s_current.copy(s_ahead.signals);  // read at claim time, under the previous body's tail
-        else s_current.load(p, task);
+        SignalList& current = s_current[claims & 1u];
+        if (was_ahead) current.copy(s_ahead.signals);  // read at claim time, under the previous body's tail
+        else current.load(p, task);
         if (!(was_ahead && ahead_ready)) {
           for (uint32_t w = 0; w < task.num_waits && ok; ++w) {
             const plan::Wait wt = p.waits[task.first_wait + w];
@@ -447,23 +470,27 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         }
       }
     }
+    // The finished task and its signal list, read before the barrier: thread 0 changes s_slot and
+    // s_claims only at its next claim, after it.
+    const uint32_t done_slot = s_slot;
+    const uint32_t list_idx = (s_claims - 1u) & 1u;
+    // The releasing thread: thread 0, or warp 1 (when the body has one), whose MEMBAR then waits for
+    // no TMA load of thread 0's (the ring carry's loads of the next tile are in flight here). It
+    // also takes the audit's end (before the release that lets the task's dependants start).
+    const int publisher = p.publish == kPublishWarp1Relaxed && Body::kThreads > 32 ? 32 : 0;
     __syncthreads();
 
-    if (thread_idx == 0) {
-      const uint32_t slot = s_slot;  // re-read after the barrier: not kept live across the body
-      const TaskContext ctx{&p, p.body, s_epoch, 0};
+    if (thread_idx == publisher) {
+      const TaskContext ctx{&p, p.body, s_epoch, thread_idx};
       if (p.audit) {
-        AuditRecord& a = p.audit[slot];
+        AuditRecord& a = p.audit[done_slot];
         a.runs += 1;
         a.end_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
       }
-      if (p.trace) {
-        const plan::Task& task = p.tasks[slot];
-        TraceRecord r{task.id, uint16_t(task.kind), task.rank, smid(), blockIdx.x, s_start_ns, globaltimer_ns()};
-        p.trace[slot] = r;
-      }
-      ctx.publish(s_current);
+      if (thread_idx == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
+      ctx.publish(s_current[list_idx]);
     }
+    if (publisher != 0 && thread_idx == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
   }
 
   // Exit: nothing to do; the run's last claim reset the claim state (above). (Until the fourth

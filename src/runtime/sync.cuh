@@ -31,6 +31,14 @@ __device__ __forceinline__ void red_add_release_gpu(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void red_add_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// Relaxed adds: after one fence.acq_rel (a release pattern in the PTX memory model) they publish as
+// red.release does, without red.release's own fence per add (MEMBAR.ALL.GPU + ERRBAR in SASS).
+__device__ __forceinline__ void red_add_relaxed_gpu(uint64_t* p, uint64_t v) {
+  asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void red_add_relaxed_sys(uint64_t* p, uint64_t v) {
+  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 // Orders this thread's (and, cumulatively, its CTA's barrier-ordered) prior stores before later ones.
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 __device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }

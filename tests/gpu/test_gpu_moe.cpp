@@ -228,6 +228,22 @@ TEST(GpuMoeClaimAhead, EveryModeSameOutputs) {
   }
 }
 
+// Each publish mode of the runtime (GpuOptions::publish: thread 0 with red.release per signal, thread
+// 0 with one fence and relaxed adds, warp 1 with one fence and relaxed adds while thread 0 claims):
+// the same outputs, fused and unfused (each run checks fp64 and fused == unfused), forward at W = 8
+// and the backward; with and without the ring carry in the fused layers.
+TEST(GpuMoePublish, EveryModeSameOutputs) {
+  SKIP_WITHOUT_GPU();
+  for (const char* carry : {"1", "2"})
+  for (const char* publish : {"0", "1", "2"}) {
+    ScopedEnv c("KOSMOS_RING_CARRY", carry);
+    ScopedEnv e("KOSMOS_PUBLISH", publish);
+    SCOPED_TRACE(std::string("KOSMOS_PUBLISH=") + publish + " KOSMOS_RING_CARRY=" + carry);
+    run_moe(8, 200, 512, 256, 32, 8, Routing::kSkewed);
+    run_moe_backward(1, 200, 512, 256, 32, 8, Routing::kSkewedWithDrops);
+  }
+}
+
 // Merged tails on the device (kGemmMergeTails: the GEMM tile of an expert's second-to-last row block
 // also computes its last one, of at most 32 rows, as a swapped wgmma product on the B tile in shared
 // memory). Routing::kTails gives last blocks of 1, 32 and 33 rows, exact multiples, an empty expert

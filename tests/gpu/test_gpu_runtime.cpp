@@ -38,6 +38,7 @@ TEST(GpuRuntime, ThousandRandomDagsUpTo100kTasks) {
     go.watchdog_seconds = 20;
     if (rng() % 4 == 0) go.max_ctas = 1 + int(rng() % 264);  // also small grids
     go.claim_ahead = (i % 2) ? 2 : 1;  // half the plans: every task claims its successor as it starts
+    go.publish = uint32_t(i / 2 % 3);  // every publish mode with both claim-ahead modes
     std::unique_ptr<GpuExecutor> ex;
     ASSERT_TRUE(GpuExecutor::create(p, go, &ex).is_ok());
     ASSERT_TRUE(ex->run(nullptr).is_ok());
@@ -46,7 +47,8 @@ TEST(GpuRuntime, ThousandRandomDagsUpTo100kTasks) {
     std::vector<AuditRecord> audit;
     ASSERT_TRUE(ex->read_audit(&audit).is_ok());
     ASSERT_EQ(test::check_audit(p, audit, 1), "")
-        << "plan " << i << " tasks " << o.num_tasks << " grid " << ex->grid_size() << " claim_ahead " << go.claim_ahead;
+        << "plan " << i << " tasks " << o.num_tasks << " grid " << ex->grid_size() << " claim_ahead " << go.claim_ahead
+        << " publish " << go.publish;
     total += p.tasks.size();
   }
   std::printf("[gpu-dag] 1000 plans, %zu tasks\n", total);
@@ -89,12 +91,14 @@ TEST(GpuRuntime, CudaGraphReplayThousandTimes) {
 // advances the epoch. Fewer tasks than CTAs, as many, one more, many more; full and small grids;
 // three runs each (run r's waits need the epoch of run r: a missed or doubled advance hangs or
 // releases waits early, which the audit catches); with and without every task claiming ahead (then
-// the last ticket is taken while other CTAs still run their last task).
+// the last ticket is taken while other CTAs still run their last task); each publish mode (with
+// warp 1 releasing, thread 0 claims -- and may take the last ticket -- while the release is under way).
 TEST(GpuRuntime, EpochAdvancesOncePerRunForEveryTaskCountAndGrid) {
   SKIP_WITHOUT_GPU();
   for (uint32_t n : {1u, 2u, 131u, 132u, 133u, 528u, 529u, 5000u}) {
     for (int max_ctas : {0, 1, 7})
-    for (uint32_t claim_ahead : {1u, 2u}) {
+    for (uint32_t claim_ahead : {1u, 2u})
+    for (uint32_t publish : {0u, 1u, 2u}) {
       RandomDagOptions o;
       o.num_tasks = n;
       o.max_fan_in = 4;
@@ -105,13 +109,15 @@ TEST(GpuRuntime, EpochAdvancesOncePerRunForEveryTaskCountAndGrid) {
       go.audit = true;
       go.max_ctas = max_ctas;
       go.claim_ahead = claim_ahead;
+      go.publish = publish;
       go.watchdog_seconds = 10;
       std::unique_ptr<GpuExecutor> ex;
       ASSERT_TRUE(GpuExecutor::create(p, go, &ex).is_ok());
       for (uint64_t run = 1; run <= 3; ++run) {
         ASSERT_TRUE(ex->run(nullptr).is_ok());
         const Status st = ex->finish(nullptr);
-        ASSERT_TRUE(st.is_ok()) << n << " tasks, grid " << ex->grid_size() << ", run " << run << ": " << st.to_string();
+        ASSERT_TRUE(st.is_ok()) << n << " tasks, grid " << ex->grid_size() << ", publish " << publish << ", run " << run << ": "
+                                << st.to_string();
         uint64_t epoch = 0;
         ASSERT_TRUE(ex->read_epoch(&epoch).is_ok());
         ASSERT_EQ(epoch, run) << n << " tasks, grid " << ex->grid_size();
