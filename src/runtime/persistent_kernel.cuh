@@ -51,7 +51,8 @@ enum ClaimAhead : uint32_t {
 // KernelParamsHeader::publish: the release of a finished task's signals (after the CTA barrier).
 enum PublishMode : uint32_t {
   kPublishThread0Release = 0,  // thread 0: fence.acq_rel, then red.release per signal
-  kPublishThread0Relaxed = 1,  // thread 0: fence.acq_rel, then red.relaxed per signal (one fence in all)
+  kPublishThread0Relaxed = 1,  // thread 0: one MEMBAR in all -- red.release alone for one signal, else
+                               // fence.acq_rel then red.relaxed per signal
   kPublishWarp1Relaxed = 2,    // warp 1 lane 0 (a thread that issues no TMA loads): as 1, while
                                // thread 0 goes on to claim the next task
 };
@@ -244,8 +245,14 @@ struct TaskContext {
   __device__ __forceinline__ void publish(const SignalList& list) const {
     const uint32_t num = list.num;
     if (num == 0) return;
-    if (p->sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
     const bool relaxed = p->publish != kPublishThread0Release;
+    if (relaxed && num == 1) {  // one release-add is the whole release pattern: one MEMBAR, no L1 invalidation
+      const plan::Signal sg = list.at(*p, 0);
+      uint64_t* c = counter_ptr(sg.rank, sg.counter);
+      if (p->sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
+      return;
+    }
+    if (p->sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
     for (uint32_t s = 0; s < num; ++s) {
       const plan::Signal sg = list.at(*p, s);
       uint64_t* c = counter_ptr(sg.rank, sg.counter);
