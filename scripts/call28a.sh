@@ -16,3 +16,15 @@ CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,
   ROUNDS=2 scripts/variants.sh ab p28 p28@KOSMOS_PUBLISH=1 p28@KOSMOS_PUBLISH=2 p28@KOSMOS_RING_CARRY=2 \
   p28@KOSMOS_PUBLISH=2@KOSMOS_RING_CARRY=2 2>&1
 echo "ab $(el)"
+# Traces of the Qwen3 forward (per task label: SM time, gaps): the default against warp 1's release
+# with the carry, and the carry alone.
+K=$(scripts/variants.sh unpack p28 kosmos) || exit 1
+mkdir -p $OUT/trace
+for v in "0 1" "0 2" "2 2"; do
+  set -- $v
+  KOSMOS_PUBLISH=$1 KOSMOS_RING_CARRY=$2 timeout 90 "$K" bench moe --model qwen3-235b --tokens 4096 --skip-cublas \
+    --trace-svg $OUT/trace/q-p$1-c$2.svg > $OUT/trace/q-p$1-c$2.txt 2>&1
+  echo "== publish $1 carry $2 rc=$? $(el)"; grep -vE "^\s*$" $OUT/trace/q-p$1-c$2.txt | tail -14 | cut -c1-160
+done
+rm -f $OUT/trace/*.svg
+tar czf $OUT/trace.tgz -C $OUT trace && rm -rf $OUT/trace

@@ -139,9 +139,10 @@ struct GpuOptions {
   // overrides this (A/B measurements).
   uint32_t ring_carry = 1;
   // Who releases a finished task's signals after the CTA barrier: 0 thread 0, a fence then a
-  // red.release per signal; 1 thread 0, one fence then relaxed adds; 2 warp 1's first thread, one
-  // fence then relaxed adds, while thread 0 claims the next task (its MEMBAR waits for none of the
-  // ring carry's TMA loads, which thread 0 issued). KOSMOS_PUBLISH=0|1|2 overrides it.
+  // red.release per signal (a MEMBAR each); 1 thread 0, one MEMBAR in all (a lone signal's
+  // red.release, else one fence then relaxed adds); 2 as 1 from warp 1's first thread while thread 0
+  // claims the next task (its MEMBAR then waits for none of the ring carry's TMA loads, which thread 0
+  // issued). KOSMOS_PUBLISH=0|1|2 overrides it.
   uint32_t publish = 0;
 };
 
