@@ -487,17 +487,20 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     const int publisher = p.publish == kPublishWarp1Relaxed && Body::kThreads > 32 ? 32 : 0;
     __syncthreads();
 
-    if (thread_idx == publisher) {
-      const TaskContext ctx{&p, p.body, s_epoch, thread_idx};
+    // Read again rather than kept from the loop top: held through the body, the "thread 0" predicate
+    // was spilled in the merged-tail variant (a word of packed predicates reloaded in its tiles).
+    const int tid = tid_now();
+    if (tid == publisher) {
+      const TaskContext ctx{&p, p.body, s_epoch, tid};
       if (p.audit) {
         AuditRecord& a = p.audit[done_slot];
         a.runs += 1;
         a.end_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
       }
-      if (thread_idx == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
+      if (tid == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
       ctx.publish(s_current[list_idx]);
     }
-    if (publisher != 0 && thread_idx == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
+    if (publisher != 0 && tid == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
   }
 
   // Exit: nothing to do; the run's last claim reset the claim state (above). (Until the fourth

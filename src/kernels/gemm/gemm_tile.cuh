@@ -586,7 +586,10 @@ __device__ __forceinline__ void epilogue_tail(const GemmParams& p, const TileCoo
   constexpr int kPerM = kGemmTailRows / 2;  // elements per m64 block: (2, 2, kTail / 8)
   constexpr int kM = kSize / kPerM;         // m blocks of 128 columns (2 for BN = 256)
   static_assert(kSize % kPerM == 0 && 16 * kM * kGemmTailRows * 2 <= kEpiWarpBytes, "the tail's columns fit the warp's staging");
-  const int lane = ct % 32;
+  // %laneid read here, not ct % 32: derived from ct, a lane offset was computed at the tile's start,
+  // held through the mainloop and spilled (the merging op kernel's last spilled word).
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
   const int n_warp = 64 * (ct / 128) + 16 * ((ct % 128) / 32);  // the warp's first column of m block 0
   const int r_thr = 2 * (lane % 4), q_thr = lane / 4;
   const int64_t row = t.c_row0 + kGemmBlockM + lane;  // the row lane stores
