@@ -245,18 +245,18 @@ struct TaskContext {
   __device__ __forceinline__ void publish(const SignalList& list) const {
     const uint32_t num = list.num;
     if (num == 0) return;
+    // Mode 0: a fence, then a release-add each. Modes 1 / 2: one MEMBAR in all -- a lone signal's
+    // release-add is the whole release pattern (no fence, no L1 invalidation); several get one
+    // fence, then relaxed adds.
     const bool relaxed = p->publish != kPublishThread0Release;
-    if (relaxed && num == 1) {  // one release-add is the whole release pattern: one MEMBAR, no L1 invalidation
-      const plan::Signal sg = list.at(*p, 0);
-      uint64_t* c = counter_ptr(sg.rank, sg.counter);
-      if (p->sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
-      return;
+    const bool lone = relaxed && num == 1;
+    if (!lone) {
+      if (p->sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
     }
-    if (p->sys_scope) fence_acq_rel_sys(); else fence_acq_rel_gpu();
     for (uint32_t s = 0; s < num; ++s) {
       const plan::Signal sg = list.at(*p, s);
       uint64_t* c = counter_ptr(sg.rank, sg.counter);
-      if (relaxed) {
+      if (relaxed && !lone) {
         if (p->sys_scope) red_add_relaxed_sys(c, sg.amount); else red_add_relaxed_gpu(c, sg.amount);
       } else {
         if (p->sys_scope) red_add_release_sys(c, sg.amount); else red_add_release_gpu(c, sg.amount);
@@ -343,13 +343,6 @@ __device__ __forceinline__ void run_checksum(const plan::Task& t, const TaskCont
     *reinterpret_cast<unsigned long long*>(static_cast<char*>(ctx.buffer(a.out_buffer, a.out_rank)) + a.out_offset) =
         total;
   }
-}
-
-// The trace record of a finished task (thread 0, which timed its start).
-template <class Params>
-__device__ __forceinline__ void record_trace(const Params& p, uint32_t slot, uint64_t start_ns) {
-  const plan::Task& task = p.tasks[slot];
-  p.trace[slot] = TraceRecord{task.id, uint16_t(task.kind), task.rank, smid(), blockIdx.x, start_ns, globaltimer_ns()};
 }
 
 // Body: struct with `static constexpr int kThreads`, `static constexpr size_t kSmemBytes`, and
@@ -490,17 +483,19 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     // Read again rather than kept from the loop top: held through the body, the "thread 0" predicate
     // was spilled in the merged-tail variant (a word of packed predicates reloaded in its tiles).
     const int tid = tid_now();
+    if (tid == 0 && p.trace) {  // thread 0 timed the start
+      const plan::Task& task = p.tasks[done_slot];
+      p.trace[done_slot] = TraceRecord{task.id, uint16_t(task.kind), task.rank, smid(), blockIdx.x, s_start_ns, globaltimer_ns()};
+    }
     if (tid == publisher) {
-      const TaskContext ctx{&p, p.body, s_epoch, tid};
       if (p.audit) {
         AuditRecord& a = p.audit[done_slot];
         a.runs += 1;
         a.end_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
       }
-      if (tid == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
+      const TaskContext ctx{&p, p.body, s_epoch, tid};
       ctx.publish(s_current[list_idx]);
     }
-    if (publisher != 0 && tid == 0 && p.trace) record_trace(p, done_slot, s_start_ns);
   }
 
   // Exit: nothing to do; the run's last claim reset the claim state (above). (Until the fourth

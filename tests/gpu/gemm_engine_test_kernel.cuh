@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/gemm/gemm_tile.cuh"
+#include "runtime/sync.cuh"
 
 namespace kosmos::kernels::gemm::testing {
 
@@ -55,11 +56,9 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("" : "+r"(body_thread));
     gemm_tile<NoWait, kMergedTails>(p, args, body_smem, body_thread, no_wait);
     __syncthreads();
-    // The thread index read again (as the runtime's tid_now): a "thread 0" predicate kept from the
-    // loop top lived through the body and was spilled with the merged-tail tile.
-    int tid;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
-    if (tid == 0) s_task = t + int(gridDim.x);
+    // The thread index read again, as the runtime does: a "thread 0" predicate kept from the loop
+    // top lived through the body and was spilled with the merged-tail tile.
+    if (runtime::tid_now() == 0) s_task = t + int(gridDim.x);
     __syncthreads();
   }
 #ifdef KOSMOS_GEMM_PROBE
