@@ -144,6 +144,13 @@ struct GpuOptions {
   // claims the next task (its MEMBAR then waits for none of the ring carry's TMA loads, which thread 0
   // issued). KOSMOS_PUBLISH=0|1|2 overrides it.
   uint32_t publish = 0;
+  // Late write waits (with the ring carry): a GEMM task whose outputs other tasks await, and whose
+  // CTA's next task it carried (a ready GEMM tile with no waits left inside its body), does not
+  // wait for its TMA stores' writes -- that wait would queue behind the carried loads -- and its
+  // signals are released after the next task instead, whose store threads wait for those writes
+  // before their own first store (docs/design/runtime.md, "Late write waits"). 0 (default): off;
+  // 1: on. KOSMOS_LATE_WRITES=0|1 overrides it.
+  uint32_t late_writes = 0;
 };
 
 class GpuExecutor {
