@@ -61,7 +61,6 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
   struct Acc {
     std::vector<double> us;
     uint64_t first = UINT64_MAX, last = 0;
-    size_t late = 0;  // signals released after the CTA's next task (GpuOptions::late_writes)
   };
   std::map<std::string, Acc> by;
   uint64_t t0 = UINT64_MAX, t1 = 0;
@@ -72,7 +71,6 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
     a.us.push_back((r.end_ns - r.start_ns) * 1e-3);
     a.first = std::min(a.first, r.start_ns);
     a.last = std::max(a.last, r.end_ns);
-    a.late += (r.flags & runtime::kTraceLateRelease) != 0;
     t0 = std::min(t0, r.start_ns);
     t1 = std::max(t1, r.end_ns);
     busy += (r.end_ns - r.start_ns) * 1e-3;
@@ -94,10 +92,6 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
     std::snprintf(line, sizeof line, "  %-26s %7zu %11.3f %9.2f %9.2f %11.1f %11.1f\n", name.c_str(), a.us.size(), sum * 1e-3,
                   sum / a.us.size(), a.us[a.us.size() / 2], (a.first - t0) * 1e-3, (a.last - t0) * 1e-3);
     out += line;
-    if (a.late > 0) {
-      std::snprintf(line, sizeof line, "  %-26s %7zu released after the CTA's next task (late write waits)\n", "", a.late);
-      out += line;
-    }
   }
   return out;
 }

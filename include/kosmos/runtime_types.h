@@ -11,14 +11,12 @@ struct TraceRecord {
   uint32_t task_id;
   uint16_t kind;
   uint16_t rank;
-  uint16_t sm;
-  uint16_t flags;  // kTraceLateRelease: the task's signals were released after the CTA's next task
+  uint32_t sm;
   uint32_t cta;
   uint64_t start_ns;
   uint64_t end_ns;
 };
 static_assert(sizeof(TraceRecord) == 32);
-inline constexpr uint16_t kTraceLateRelease = 1;  // TraceRecord::flags (GpuOptions::late_writes)
 
 // Per task (opt-in audit, for the protocol tests): how often it ran, and stamps from one global
 // sequence taken after its waits completed (start) and before it signalled (end).

@@ -51,29 +51,9 @@ struct RuntimeGemmWaiter {
     if (ticket != kNoTicket) ctx->finish_ticket(ticket);
     ctx->claim_next();
   }
-  // A store thread (lane 0 of a consumer warp), at the end of the task: whether it must wait for its
-  // TMA stores' writes before the runtime's release -- another task waits for them (this one
-  // signals counters) and they are not left to the next task (late write waits: the producer
-  // carried a successor with no waits left in its body; the runtime then holds this task's signals
-  // until that task's store threads waited for these writes, before_stores).
-  __device__ __forceinline__ bool outputs_awaited() const {
-    if (task->num_signals == 0) return false;
-    volatile runtime::LateWrites& late = runtime::s_late;
-    if (late.enabled && late.ok_task == task) {
-      late.unwaited_task = task;
-      return false;
-    }
-    return true;
-  }
-  // A store thread, before its first store of the task: when the runtime holds an earlier task's
-  // signals, waits for every earlier bulk write of its own (that task's; long done by now, a
-  // mainloop later) and orders them before the release that follows this task.
-  __device__ __forceinline__ static void before_stores() {
-    if (static_cast<volatile runtime::LateWrites&>(runtime::s_late).pending) {
-      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-      runtime::fence_proxy_async_global();
-    }
-  }
+  // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
+  // must have been written, not only read from shared memory, before the runtime's release.
+  __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
 
   // ---- The ring carry (gemm_tile.cuh; docs/design/gemm.md, "Ring carry") ----------------------
   // Whether this launch carries: bodies may claim ahead (their context has the claim) and the
@@ -103,12 +83,7 @@ struct RuntimeGemmWaiter {
     uint32_t problem;
     uint32_t last;  // the last counter next_ready found complete
     bool fence;     // an acquire (the claim's waits, next_ready's) precedes the carried loads
-    // What next_ready learnt of the body's waits (late write waits, carry_commit): kWaitsLeft, or
-    // none left at all (the rule waits for nothing, or its join counter is complete), or none left
-    // on the counter of the first tile's m block (a rule over M only, that counter complete).
-    uint8_t settled;
   };
-  static constexpr uint8_t kWaitsLeft = 0, kNoWaitsLeft = 1, kFirstCounterDone = 2;
   __device__ __forceinline__ const plan::Task& next_task() const { return ctx->p->tasks[ctx->ahead->slot]; }
   __device__ __forceinline__ const kernels::gemm::GemmParams& problem(uint32_t i) const {
     return reinterpret_cast<const GemmBodyParams*>(ctx->body)->problems[i];
@@ -122,7 +97,6 @@ struct RuntimeGemmWaiter {
     nx.problem = a.problem;
     nx.last = 0xFFFFFFFFu;
     nx.fence = t.num_waits > 0;
-    nx.settled = kWaitsLeft;
     return true;
   }
   // The producer thread: whether k block (m_block, k_block) of the next task's first tile may be
@@ -130,17 +104,14 @@ struct RuntimeGemmWaiter {
   // none once the rule's join counter was seen complete in this launch: counters only grow).
   __device__ __forceinline__ bool next_ready(NextTask& nx, int m_block, int k_block) const {
     const GemmWaitRule& r = reinterpret_cast<const GemmBodyParams*>(ctx->body)->rules[nx.problem];
-    if (r.counter_base == GemmWaitRule::kNoWait) {
-      nx.settled = kNoWaitsLeft;
-      return true;
-    }
+    if (r.counter_base == GemmWaitRule::kNoWait) return true;
     nx.fence = true;
     uint64_t& joined = ctx->ahead->carry.flags;
     const uint64_t bit = nx.problem < 64 ? 1ull << nx.problem : 0ull;
     if (r.join_counter != GemmWaitRule::kNoWait) {
-      if ((joined & bit) || ctx->counter_complete(next_task(), r.join_counter)) {
+      if (joined & bit) return true;
+      if (ctx->counter_complete(next_task(), r.join_counter)) {
         joined |= bit;
-        nx.settled = kNoWaitsLeft;
         return true;
       }
     }
@@ -149,23 +120,13 @@ struct RuntimeGemmWaiter {
     if (c == nx.last) return true;
     if (!ctx->counter_complete(next_task(), c)) return false;
     nx.last = c;
-    if (k_block == 0 && r.k_rows == 0) nx.settled = kFirstCounterDone;
     return true;
   }
   // The producer thread: the record for the next task (the one this task's is not), then, once its
   // loads are issued, its owner.
   __device__ __forceinline__ int out_index() const { return ctx->ahead->carry.slot[0] == slot() ? 1 : 0; }
   __device__ __forceinline__ void* carry_out() const { return ctx->ahead->carry.words[out_index()]; }
-  // one_counter: the carried task's tiles wait on one counter of the rule at most (a single tile, or
-  // a run along N), which next_ready found complete. Then, when this task's outputs are awaited and
-  // late write waits are on, its store threads may leave their writes to the successor: nothing
-  // inside that body waits, so it finishes without this task's signals (deadlock-free).
-  __device__ __forceinline__ void carry_commit(const NextTask& nx, bool one_counter) const {
-    ctx->ahead->carry.slot[out_index()] = ctx->ahead->slot;
-    // (The store threads check whether late write waits are on and this task's outputs awaited.)
-    volatile runtime::LateWrites& late = runtime::s_late;
-    if (nx.settled == kNoWaitsLeft || (nx.settled == kFirstCounterDone && one_counter)) late.ok_task = task;
-  }
+  __device__ __forceinline__ void carry_commit() const { ctx->ahead->carry.slot[out_index()] = ctx->ahead->slot; }
 };
 static_assert(sizeof(kernels::gemm::detail::RingCarry) <= sizeof(runtime::BodyCarry::words[0]),
               "the ring carry's record fits the runtime's body carry");

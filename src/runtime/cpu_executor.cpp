@@ -224,7 +224,7 @@ void CpuExecutor::worker_loop(uint32_t worker, const std::vector<uint32_t>& orde
       audit_[idx].runs += 1;
       audit_[idx].end_seq = seq_.fetch_add(1, std::memory_order_acq_rel);
     }
-    if (options_.trace) trace_[idx] = TraceRecord{t.id, uint16_t(t.kind), t.rank, uint16_t(worker), 0, worker, start, now_ns()};
+    if (options_.trace) trace_[idx] = TraceRecord{t.id, uint16_t(t.kind), t.rank, worker, worker, start, now_ns()};
     maybe_delay();
     for (uint32_t s = 0; s < t.num_signals; ++s) {
       const plan::Signal& sg = plan_.signals[t.first_signal + s];

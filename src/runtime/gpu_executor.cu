@@ -194,9 +194,6 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   p.publish = env_override("KOSMOS_PUBLISH", options.publish);
   KOSMOS_CHECK(p.publish <= kPublishWarp1Relaxed, "GpuOptions::publish must be 0, 1 or 2 (got ", p.publish,
                "; KOSMOS_PUBLISH overrides it)");
-  p.late_writes = env_override("KOSMOS_LATE_WRITES", options.late_writes);
-  KOSMOS_CHECK(p.late_writes <= 1, "GpuOptions::late_writes must be 0 or 1 (got ", p.late_writes,
-               "; KOSMOS_LATE_WRITES overrides it)");
   *out = std::move(ex);
   return Status::ok();
 }

@@ -40,7 +40,6 @@ struct KernelParamsHeader {
   uint32_t claim_ahead;         // ClaimAhead: 0 off, 1 bodies may claim their CTA's next task, 2 every task does (tests)
   uint32_t ring_carry;          // 1: a GEMM tile loads its CTA's next (claimed-ahead, ready) GEMM tile's first k blocks
   uint32_t publish;             // PublishMode: who releases a finished task's signals, and how
-  uint32_t late_writes;         // 1: a carrying GEMM task's awaited writes are waited for by its successor
 };
 
 // The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:

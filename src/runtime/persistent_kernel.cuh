@@ -92,21 +92,6 @@ struct BodyCarry {
   uint64_t flags;  // bodies' launch-long facts (the GEMM tile: problems whose operand joins were seen complete)
 };
 
-// Late write waits (KernelParamsHeader::late_writes; docs/design/runtime.md, "Late write waits").
-// Tasks rather than flags: a task runs once per run, so nothing needs resetting (a reset would
-// race with another thread's read in publish mode 2).
-struct LateWrites {
-  const plan::Task* ok_task;        // its GEMM producer carried a successor that has no waits left
-                                    // inside its body: its store threads may leave their writes unwaited
-  const plan::Task* unwaited_task;  // a store thread of it did so: its release waits for the next task
-  uint32_t pending;  // the publisher holds a finished task's signals (s_pending); the running task's
-                     // store threads wait for all their earlier bulk writes before they store
-  uint32_t enabled;  // KernelParamsHeader::late_writes
-};
-// At namespace scope, so that bodies reach it by its address (no pointer of theirs held through a
-// GEMM mainloop: one more cost the merged-tail kernel 4 / 16 B of spills).
-__shared__ LateWrites s_late;
-
 // The CTA's claimed-ahead task (shared memory; written and read by thread 0 only, except `carry`).
 struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
@@ -383,8 +368,6 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   // already writes task i + 1's.
   __shared__ SignalList s_current[2];
   __shared__ AheadClaim s_ahead;
-  // A finished task's signals held back by late write waits (released after the CTA's next task).
-  __shared__ SignalList s_pending;
 #ifdef KOSMOS_GEMM_PROBE  // diagnostic build (gemm_probe): kernel entry/exit times per CTA
   if (threadIdx.x == 0) kernels::gemm::probe::mark_kernel(0);
 #endif
@@ -398,9 +381,6 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     s_ahead.half = 0;
     s_ahead.carry.slot[0] = s_ahead.carry.slot[1] = kNotClaimed;
     s_ahead.carry.flags = 0;
-    s_late.ok_task = s_late.unwaited_task = nullptr;
-    s_late.pending = 0;
-    s_late.enabled = p.late_writes;
   }
   __syncthreads();
 
@@ -505,9 +485,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     const int tid = tid_now();
     if (tid == 0 && p.trace) {  // thread 0 timed the start
       const plan::Task& task = p.tasks[done_slot];
-      const uint16_t flags = s_late.unwaited_task == &task ? kTraceLateRelease : 0;
-      p.trace[done_slot] =
-          TraceRecord{task.id, uint16_t(task.kind), task.rank, uint16_t(smid()), flags, blockIdx.x, s_start_ns, globaltimer_ns()};
+      p.trace[done_slot] = TraceRecord{task.id, uint16_t(task.kind), task.rank, smid(), blockIdx.x, s_start_ns, globaltimer_ns()};
     }
     if (tid == publisher) {
       if (p.audit) {
@@ -516,22 +494,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
         a.end_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
       }
       const TaskContext ctx{&p, p.body, s_epoch, tid};
-      if (p.late_writes) {
-        // The held task's writes are done: this task's store threads waited for them before
-        // their first store, and the barrier above orders that wait before this release.
-        if (s_late.pending) {
-          ctx.publish(s_pending);
-          s_late.pending = 0;
-        }
-        if (s_late.unwaited_task == &p.tasks[done_slot]) {
-          s_pending.copy(s_current[list_idx]);
-          s_late.pending = 1;
-        } else {
-          ctx.publish(s_current[list_idx]);
-        }
-      } else {
-        ctx.publish(s_current[list_idx]);
-      }
+      ctx.publish(s_current[list_idx]);
     }
   }
 

@@ -244,56 +244,6 @@ TEST(GpuMoePublish, EveryModeSameOutputs) {
   }
 }
 
-// Late write waits (GpuOptions::late_writes, KOSMOS_LATE_WRITES) with the ring carry on in fused
-// layers: a GEMM task that carried its successor leaves its TMA stores' writes to that task's store
-// threads and the runtime holds its signals until that task ends. Every run against fp64 and the
-// unfused composition, in publish modes 0 and 2 (warp 1 releases, also the held signals), forward
-// and backward; y bit for bit with and without. Eight CTAs on a 2048-token layer (four full 128-row
-// slots per expert, TMA-stored) give each CTA many GEMM tasks to carry between; its trace must show
-// held releases, so that the mode is exercised, not only allowed.
-TEST(GpuMoeLateWrites, SameOutputsAndHeldReleases) {
-  SKIP_WITHOUT_GPU();
-  ScopedEnv carry("KOSMOS_RING_CARRY", "2");
-  struct Case { int W; int64_t T, H, I; int E, k; Routing r; int ctas; };
-  for (const Case& cs : {Case{8, 200, 512, 256, 32, 8, Routing::kSkewed, 0}, Case{1, 2048, 512, 256, 8, 2, Routing::kUniform, 8}}) {
-    std::vector<std::vector<uint16_t>> y[2];
-    for (int late = 0; late < 2; ++late)
-      for (const char* publish : {"0", "2"}) {
-        ScopedEnv e("KOSMOS_LATE_WRITES", late ? "1" : "0");
-        ScopedEnv pb("KOSMOS_PUBLISH", publish);
-        SCOPED_TRACE("KOSMOS_LATE_WRITES=" + std::to_string(late) + " KOSMOS_PUBLISH=" + publish + " W=" + std::to_string(cs.W) +
-                     " T=" + std::to_string(cs.T));
-        run_moe(cs.W, cs.T, cs.H, cs.I, cs.E, cs.k, cs.r, 0, 0, 0, 0, &y[late], true, cs.ctas);
-        if (cs.W == 1) run_moe_backward(1, cs.T, cs.H, cs.I, cs.E, cs.k, Routing::kSkewedWithDrops);
-      }
-    ASSERT_EQ(y[0].size(), y[1].size());
-    for (size_t r = 0; r < y[0].size(); ++r)
-      EXPECT_TRUE(y[0][r] == y[1][r]) << "W=" << cs.W << " T=" << cs.T << ": y of rank " << r << " differs with late write waits";
-  }
-  ScopedEnv e("KOSMOS_LATE_WRITES", "1");
-  MoeConfig c = moe_config(1, 2048, 512, 256, 8, 2, false);
-  c.max_ctas = 8;
-  c.trace = true;
-  std::unique_ptr<MoeLayer> L;
-  Status s = MoeLayer::plan(c, &L);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  MoeHost h{c};
-  fill_moe(*L, h, 777, Routing::kUniform);
-  ASSERT_TRUE(L->run_composition(true).is_ok());
-  s = L->finish();
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  EXPECT_EQ(check_moe(*L, h), "") << L->describe();
-  std::vector<runtime::TraceRecord> trace;
-  ASSERT_TRUE(L->read_trace(&trace).is_ok());
-  size_t held = 0, gemm = 0;
-  for (const auto& r : trace) {
-    held += (r.flags & runtime::kTraceLateRelease) != 0;
-    gemm += r.kind == uint16_t(plan::TaskKind::kGemmTile);
-  }
-  EXPECT_GT(held, 0u) << "no GEMM task's release was held (of " << gemm << " GEMM tasks): " << L->describe();
-  EXPECT_LT(held, gemm) << "every GEMM task held its release; a CTA's last task cannot";
-}
-
 // Merged tails on the device (kGemmMergeTails: the GEMM tile of an expert's second-to-last row block
 // also computes its last one, of at most 32 rows, as a swapped wgmma product on the B tile in shared
 // memory). Routing::kTails gives last blocks of 1, 32 and 33 rows, exact multiples, an empty expert

@@ -828,7 +828,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
 #pragma unroll 1
                 for (int kb = 0; kb < n; ++kb)
                   load_k_block(nq, nt, kb, kept == kKeepA && !load_kept, kept == kKeepB && !load_kept, walk);
-                wait.carry_commit(nx, na.count == 1 || n_along);
+                wait.carry_commit();
               }
             }
           }
@@ -949,12 +949,6 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if constexpr (kTail > 0) warpgroup_fence_operand(acc_t);
       if (ct == 0) KOSMOS_GEMM_MARK(0, 2);
 
-      // Late write waits: the bulk writes of an earlier task whose signals the runtime holds are
-      // waited for before this task's first store. (Such a task is the holding task's carried
-      // successor, whose first tile is valid: the producer resolved it to carry it.)
-      if constexpr (requires { wait.before_stores(); }) {
-        if (lane == 0 && i == 0) wait.before_stores();
-      }
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
         const uint32_t warp_stage = static_cast<uint32_t>(__cvta_generic_to_shared(epi_stage)) + cw * kEpiWarpBytes;
