@@ -3,10 +3,11 @@
 # (GpuOptions::publish, KOSMOS_PUBLISH: 0 thread 0 with red.release per signal -- each one a
 # MEMBAR.ALL.GPU in SASS --, 1 thread 0 with one fence and relaxed adds, 2 warp 1 with one fence and
 # relaxed adds while thread 0 claims). Question: is the ring carry's cost in fused layers thread 0's
-# MEMBAR waiting for the carried TMA loads it issued? Targeted tests first (runtime DAGs and epochs
-# in every mode, the MoE in every mode with and without the carry) after the fused MoE (Qwen3 /
-# DeepSeek-V3 forward, Qwen3 saved backward, T = 4096) in each mode with the carry off (default) and on
-# (KOSMOS_RING_CARRY=2), processes alternated, two rounds.
+# MEMBAR waiting for the carried TMA loads it issued? First the fused MoE (Qwen3 / DeepSeek-V3
+# forward, Qwen3 saved backward, T = 4096) in each mode with the carry off (default) and on
+# (KOSMOS_RING_CARRY=2), processes alternated, two rounds; then traces, the targeted tests (runtime
+# DAGs and epochs in every mode, the MoE in every mode with and without the carry) and, time
+# allowing, the issue tables and the whole suite.
 #   run(command="scripts/call28a.sh", carry=["build/variants/p28"])
 . "$(dirname "$0")/device_lib.sh"
 device_start
