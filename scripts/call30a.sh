@@ -16,10 +16,9 @@ timeout 120 "$K" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-30th.json > $OUT/
 echo "bench gemm rc=$? $(grep -iE 'geomean|geometric' $OUT/gemm/dense.txt | head -2 | tr '\n' ' ') $(el)"
 grouped_carry_table p28 30th
 # GEMM2's claim groups at the Qwen3 proxy (two slots per expert; never timed alone: the twenty-sixth
-# session's groups of 2 were GEMM1's), phase times in round 1.
+# session's groups of 2 were GEMM1's), phase times in both rounds.
 mkdir -p $OUT/g2
-moe_rounds "$K" 1 $OUT/g2 "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times g2:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,2 g3:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,3"
-moe_rounds "$K" 1 $OUT/g2 "q:--model,qwen3-235b,--tokens,4096,--skip-cublas g2:--model,qwen3-235b,--tokens,4096,--skip-cublas,--gemm2-group,2 g3:--model,qwen3-235b,--tokens,4096,--skip-cublas,--gemm2-group,3"
+moe_rounds "$K" 2 $OUT/g2 "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times g2:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,2 g3:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,3"
 grep -h -A12 -i 'phase' $OUT/g2/fwd-*-1.txt | grep -iE 'gemm|phase|fwd' | head -20
 tar czf $OUT/g2.tgz -C $OUT g2 && rm -rf $OUT/g2
 echo "done $(el)"
