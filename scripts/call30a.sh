@@ -19,6 +19,6 @@ grouped_carry_table p28 30th
 # session's groups of 2 were GEMM1's), phase times in both rounds.
 mkdir -p $OUT/g2
 moe_rounds "$K" 2 $OUT/g2 "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times g2:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,2 g3:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,3"
-grep -h -A12 -i 'phase' $OUT/g2/fwd-*-1.txt | grep -iE 'gemm|phase|fwd' | head -20
+for f in $OUT/g2/fwd-*.txt; do echo "$(basename $f): $(grep -h "each launch alone" $f | cut -c1-200)"; done
 tar czf $OUT/g2.tgz -C $OUT g2 && rm -rf $OUT/g2
 echo "done $(el)"
