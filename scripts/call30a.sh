@@ -18,7 +18,7 @@ grouped_carry_table p28 30th
 # GEMM2's claim groups at the Qwen3 proxy (two slots per expert; never timed alone: the twenty-sixth
 # session's groups of 2 were GEMM1's), phase times in both rounds.
 mkdir -p $OUT/g2
-moe_rounds "$K" 2 $OUT/g2 "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times g2:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,2 g3:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,3"
+moe_rounds "$K" 2 $OUT/g2 "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times g2:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,2 g3:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,3 lag:--model,qwen3-235b,--tokens,4096,--skip-cublas,--gemm2-lag,40"
 for f in $OUT/g2/fwd-*.txt; do echo "$(basename $f): $(grep -h "each launch alone" $f | cut -c1-200)"; done
 tar czf $OUT/g2.tgz -C $OUT g2 && rm -rf $OUT/g2
 echo "done $(el)"
