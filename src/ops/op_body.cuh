@@ -43,13 +43,12 @@ struct RuntimeGemmWaiter {
     return true;
   }
   // After the producer thread (thread 0) issued the task's last load: claim the CTA's next task
-  // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next), or complete the
-  // claim claim_soon began.
-  static constexpr uint32_t kNoTicket = 0xFFFFFFFFu;
-  uint32_t ticket = kNoTicket;  // claim_soon's atomic; its result is first read here
+  // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next). With the ring
+  // carry the claim helper (warp 1) claims instead: then only tell it to start, if claim_soon has
+  // not already.
   __device__ __forceinline__ void loads_issued() const {
-    if (ticket != kNoTicket) ctx->finish_ticket(ticket);
-    ctx->claim_next();
+    if (carries()) helper_go();
+    else ctx->claim_next();
   }
   // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
   // must have been written, not only read from shared memory, before the runtime's release.
@@ -67,15 +66,57 @@ struct RuntimeGemmWaiter {
     const uint32_t s = slot();
     return c.slot[0] == s ? c.words[0] : c.slot[1] == s ? c.words[1] : nullptr;
   }
-  // The producer thread, once, kGemmClaimLead k blocks before its last load: the claim's atomic now,
-  // not waited for (TaskContext::issue_ticket; loads_issued completes the claim).
-  __device__ __forceinline__ void claim_soon() {
-    if (carries()) ticket = ctx->issue_ticket();  // (carries: a context with the claim, claim_ahead = 1)
+  // The claim helper (twenty-ninth session's lead, thirtieth's change): with the carry, the CTA's
+  // next task is claimed by warp 1, not by the producer thread. The claim -- the ticket's atomic,
+  // the task, its waits and one acquire load each, its signal list -- and the next tile's slot
+  // search are a chain of six or more dependent L2 round trips; run by the producer thread after
+  // its last load, the chain outlasted the consumers' last k blocks and epilogue in fused layers
+  // (whose tasks have waits and signals) and held the body's closing barrier (carried GEMM2 tiles
+  // ~3 us longer). Warp 1 is idle during the tile: the producer thread tells it to start
+  // kGemmClaimLead k blocks before its last load (claim_soon; loads_issued if the tile had fewer),
+  // and after its last load waits for the answer (helper_wait), which is usually there.
+  // handoff_reset: thread 0, at the body's start (before its first barrier).
+  __device__ __forceinline__ void handoff_reset() const {
+    if (!carries()) return;
+    runtime::BodyCarry& c = ctx->ahead->carry;
+    *reinterpret_cast<volatile uint32_t*>(&c.go) = 0u;
+    *reinterpret_cast<volatile uint32_t*>(&c.done) = 0u;
   }
-  // The producer thread, after its last load: whether the claimed task is ready now (its
-  // non-deferred waits, once more without spinning when they were not at the claim).
-  __device__ __forceinline__ void check_next() const { ctx->ahead_ready_now(); }
-  // Every lane of the producer warp, after check_next and a __syncwarp: the CTA's next task's args
+  __device__ __forceinline__ void helper_go() const {
+    *reinterpret_cast<volatile uint32_t*>(&ctx->ahead->carry.go) = 1u;
+  }
+  // The producer thread, once, kGemmClaimLead k blocks before its last load: start the helper.
+  __device__ __forceinline__ void claim_soon() {
+    if (carries()) helper_go();  // (carries: a context with the claim, claim_ahead = 1)
+  }
+  // Warp 1's lane 0: waits for go, then claims the CTA's next task (the ticket, the task and its
+  // waits once without spinning: TaskContext::claim_next).
+  __device__ __forceinline__ void helper_claim() const {
+    const volatile uint32_t* go = &ctx->ahead->carry.go;
+    while (*go == 0u) __nanosleep(32);
+    ctx->finish_ticket(ctx->issue_ticket());
+    ctx->claim_next();
+  }
+  // Warp 1's lane 0: the answer (next_problem / next_flags, and the tile in carry_out()'s record),
+  // then done. flags: kNextCarry (a carry candidate), kNextFence, kNextAlongN.
+  static constexpr uint32_t kNextCarry = 1u, kNextFence = 2u, kNextAlongN = 4u;
+  __device__ __forceinline__ void helper_post(uint32_t problem, uint32_t flags) const {
+    runtime::BodyCarry& c = ctx->ahead->carry;
+    c.next_problem = problem;
+    c.next_flags = flags;
+    __threadfence_block();
+    *reinterpret_cast<volatile uint32_t*>(&c.done) = 1u;
+  }
+  // The producer thread, after its last load: waits for the helper's answer; returns its flags.
+  __device__ __forceinline__ uint32_t helper_wait() const {
+    const volatile uint32_t* done = &ctx->ahead->carry.done;
+    while (*done == 0u) {
+    }
+    __threadfence_block();
+    return ctx->ahead->carry.next_flags;
+  }
+  __device__ __forceinline__ uint32_t helper_problem() const { return ctx->ahead->carry.next_problem; }
+  // Every lane of warp 1, after helper_claim and a __syncwarp: the CTA's next task's args
   // when it was claimed ahead, is ready, and is a GEMM tile of this launch. What the carry keeps of
   // it (NextTask) is three words: the producer runs at 56 registers, and the task, its problem and
   // its rule are re-derived where needed (shared memory and parameter space) rather than held.

@@ -17,16 +17,17 @@
 // all CTAs are co-resident (cooperative launch), so the lowest unfinished claimed task always has
 // its dependencies finished and makes progress.
 //
-// Claim-ahead: a body's thread 0 may call TaskContext::claim_next() once, when what is left of its
+// Claim-ahead: a body's thread 0 (or one helper thread for it) may call TaskContext::claim_next() once, when what is left of its
 // task no longer needs it (the GEMM producer: after its last TMA load). It takes the CTA's next
 // ticket then, and checks that task's waits once without spinning, so that the claim's atomic and
 // the dependent loads of the task, its waits and their counters overlap the body's tail instead of
 // sitting between two tasks. Still deadlock-free: a CTA holds at most one claimed-ahead task, and
 // only while its current task -- which has the lower slot -- runs; so the lowest unfinished claimed
 // task is never one held ahead (its holder's current task would be lower and unfinished), and it
-// makes progress as before. The GEMM producer may split the claim (issue_ticket in its k-loop,
-// finish_ticket after its last load, then claim_next) and hand the claimed task state in shared
-// memory (AheadClaim::carry, the ring carry: docs/design/runtime.md); the argument is the same.
+// makes progress as before. With the ring carry a GEMM tile's warp 1 claims for thread 0
+// (issue_ticket, finish_ticket, claim_next, a few k blocks before the producer's last load) and the
+// body hands the claimed task state in shared memory (AheadClaim::carry, the ring carry:
+// docs/design/runtime.md); the argument is the same.
 //
 // Shared memory: a few scalars static; the dynamic part belongs to the task bodies.
 #pragma once
@@ -90,9 +91,16 @@ struct BodyCarry {
   uint32_t slot[2];
   alignas(8) uint32_t words[2][kBodyCarryWords];
   uint64_t flags;  // bodies' launch-long facts (the GEMM tile: problems whose operand joins were seen complete)
+  // A body's handoff between two of its warps within one task (the GEMM tile: the producer thread
+  // asks its claim helper, warp 1, to claim the next task -- go --, and waits for its answer --
+  // done, next --; gemm_tile.cuh, "Ring carry"). Volatile accesses; reset by the body at its start.
+  uint32_t go, done, next_problem, next_flags;
 };
 
-// The CTA's claimed-ahead task (shared memory; written and read by thread 0 only, except `carry`).
+// The CTA's claimed-ahead task (shared memory; written and read by thread 0 only, except `carry` --
+// and, in a launch with the ring carry, a GEMM tile's claim helper (warp 1, lane 0) claims for
+// thread 0: it writes these fields during the body, before thread 0 reads them after the body's
+// barrier).
 struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
   uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
@@ -210,13 +218,13 @@ struct TaskContext {
     ahead->ready = ready;
   }
 
-  // The claim in three parts, for the GEMM producer (claim_soon, gemm_tile.cuh): issue_ticket, in its
-  // k-loop a few k blocks before its last load, only issues the ticket's atomic -- its result is
-  // read after the last load (a thread that waited for it there stopped issuing loads for an L2
-  // round trip, and the ring ran dry: 4 % on a 10 us GEMM); finish_ticket turns it into the
-  // claimed slot (and prefetches its task); claim_next, which must still follow, reads the rest.
-  // Only with claim_ahead = 1 (ahead non-null); an aborted run's ticket is dropped (the loop top
-  // then sees the abort; the host's recovery resets the ticket).
+  // The claim in three parts, for the GEMM tile's claim helper (warp 1 with the ring carry,
+  // gemm_tile.cuh: a thread that issues no loads, so it may wait for the atomic -- the producer
+  // thread that waited for it stopped issuing loads for an L2 round trip, and the ring ran dry: 4 %
+  // on a 10 us GEMM): issue_ticket takes the ticket; finish_ticket turns it into the claimed slot
+  // (and prefetches its task); claim_next, which must still follow, reads the rest. Only with
+  // claim_ahead = 1 (ahead non-null); an aborted run's ticket is dropped (the loop top then sees the
+  // abort; the host's recovery resets the ticket).
   __device__ __forceinline__ uint32_t issue_ticket() const { return atomicAdd(&p->state->ticket, 1u); }
   __device__ __forceinline__ void finish_ticket(uint32_t ticket) const {
     const uint32_t slot = slot_of_ticket(*p, epoch, ticket);

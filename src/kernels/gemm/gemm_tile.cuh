@@ -50,8 +50,9 @@
 // threads) once each at the end of every call. The staging area is private per warp (__syncwarp).
 // Hook: wait(m_block, k_block) is called by the single producer thread before each A k-block load,
 // and wait.loads_issued() (if the hook has it) once after the call's last load; a hook with
-// carried_in() also offers the ring carry (claim_soon, check_next, next_gemm, next_ready,
-// carry_out, carry_commit: RuntimeGemmWaiter, op_body.cuh),
+// carried_in() also offers the ring carry (claim_soon, handoff_reset, the claim helper's
+// helper_claim / helper_post / helper_wait -- warp 1 claims the CTA's next task --, next_gemm,
+// next_ready, carry_out, carry_commit: RuntimeGemmWaiter, op_body.cuh),
 // m_block = dense m block, or the GROUP index for grouped problems. If it returns bool, the
 // fence.proxy.async.global follows only when it returns true (it acquired something); if it
 // returns void the fence always follows.
@@ -687,6 +688,7 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_a));
     cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_b));
     if constexpr (kTail > 0) cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&p.tma_t));
+    if constexpr (kCarry) wait.handoff_reset();  // the claim helper's go / done (warp 1, below)
     // A carried ring is mid-flight: its barriers keep their phases (the carried loads complete on them).
     if (cin == nullptr) {
 #pragma unroll
@@ -797,41 +799,62 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if constexpr (requires { wait.loads_issued(); }) {
         if (lane_idx == 0) wait.loads_issued();
       }
-      // Ring carry: when the CTA's next task (claimed above) is a ready GEMM tile of this tile shape
-      // and these operand majors, load its first tile's first k blocks (up to a ring; those whose
-      // operand waits are met, checked without spinning) into the ring now, under this task's last
-      // k blocks and epilogue, and leave it the ring's position and the tile's coordinates.
+      // Ring carry: when the CTA's next task (claimed by the helper, warp 1, below) is a ready GEMM
+      // tile of this tile shape and these operand majors, load its first tile's first k blocks (up
+      // to a ring; those whose operand waits are met, checked without spinning) into the ring now,
+      // under this task's last k blocks and epilogue, and leave it the ring's position and the
+      // tile's coordinates.
+      if constexpr (kCarry) {
+        if (wait.carries() && lane_idx == 0) {
+          const uint32_t flags = wait.helper_wait();
+          if (flags & Waiter::kNextCarry) {
+            typename Waiter::NextTask nx{wait.helper_problem(), 0xFFFFFFFFu, (flags & Waiter::kNextFence) != 0};
+            RingCarry* out = static_cast<RingCarry*>(wait.carry_out());
+            const TileCoord nt = out->tile;  // resolved by the helper
+            int n = 0;
+            const int most = nt.num_kb < kStages ? nt.num_kb : kStages;
+            while (n < most && wait.next_ready(nx, nt.wait_m, n)) ++n;
+            if (n > 0) {
+              const GemmParams& nq = wait.problem(nx.problem);
+              walk.new_task();
+              out->save(walk, nt, n);  // the walk as the next call starts it, before its first tile
+              bool load_kept, drain;
+              const int kept = walk.start_tile(keep_allowed(nq, nt), nt.num_kb, (flags & Waiter::kNextAlongN) != 0,
+                                               keep_group(nq, nt), load_kept, drain);
+              if (drain) drain_ring(walk);
+              if (nx.fence) fence_proxy_async_global();
+#pragma unroll 1
+              for (int kb = 0; kb < n; ++kb)
+                load_k_block(nq, nt, kb, kept == kKeepA && !load_kept, kept == kKeepB && !load_kept, walk);
+              wait.carry_commit();
+            }
+          }
+        }
+        __syncwarp();
+      }
+    } else if (warp_idx == 1) {
+      // The claim helper (RuntimeGemmWaiter::helper_claim): when the producer thread says go, claim
+      // the CTA's next task and, when it is a ready GEMM tile the ring can carry into, resolve its
+      // first tile (the whole warp: a grouped tile's slot search) into the carry record; then
+      // answer. Off the producer thread, whose loads it would stall, and early: the chain of L2
+      // round trips ends under this task's last k blocks rather than after them.
       if constexpr (kCarry) {
         if (wait.carries()) {
-          if (lane_idx == 0) wait.check_next();
-          __syncwarp();  // lane 0's claim and readiness (shared memory) before every lane reads them
+          if (lane_idx == 0) wait.helper_claim();
+          __syncwarp();  // lane 0's claim (shared memory) before every lane reads it
           GemmTileArgs na{};
           typename Waiter::NextTask nx{};
+          uint32_t flags = 0;
           if (wait.next_gemm(na, nx) && wait.problem(nx.problem).tile_shape == p.tile_shape &&
               ((wait.problem(nx.problem).layout ^ p.layout) & (kGemmAColMajor | kGemmBTransposed | kGemmMergeTails)) == 0) {
             const TileCoord nt = resolve_tile<kBN>(wait.problem(nx.problem), na, 0, lane_idx);  // the whole warp
-            const bool n_along = along_n(na);
-            if (lane_idx == 0 && nt.valid && nt.num_kb > 0) {
-              int n = 0;
-              const int most = nt.num_kb < kStages ? nt.num_kb : kStages;
-              while (n < most && wait.next_ready(nx, nt.wait_m, n)) ++n;
-              if (n > 0) {
-                const GemmParams& nq = wait.problem(nx.problem);
-                RingCarry* out = static_cast<RingCarry*>(wait.carry_out());
-                walk.new_task();
-                out->save(walk, nt, n);  // the walk as the next call starts it, before its first tile
-                bool load_kept, drain;
-                const int kept = walk.start_tile(keep_allowed(nq, nt), nt.num_kb, n_along, keep_group(nq, nt),
-                                                 load_kept, drain);
-                if (drain) drain_ring(walk);
-                if (nx.fence) fence_proxy_async_global();
-#pragma unroll 1
-                for (int kb = 0; kb < n; ++kb)
-                  load_k_block(nq, nt, kb, kept == kKeepA && !load_kept, kept == kKeepB && !load_kept, walk);
-                wait.carry_commit();
-              }
+            if (nt.valid && nt.num_kb > 0) {
+              flags = Waiter::kNextCarry | (nx.fence ? Waiter::kNextFence : 0u) | (along_n(na) ? Waiter::kNextAlongN : 0u);
+              if (lane_idx == 0) static_cast<RingCarry*>(wait.carry_out())->tile = nt;
             }
           }
+          if (lane_idx == 0) wait.helper_post(nx.problem, flags);
+          __syncwarp();
         }
       }
     }
