@@ -20,11 +20,11 @@ CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,
   ROUNDS=2 scripts/variants.sh ab p28@KOSMOS_PUBLISH=2 h30 h30@KOSMOS_RING_CARRY=2 2>&1
 mv $OUT/variants-logs.tgz $OUT/ab-h30.tgz 2>/dev/null
 echo "ab $(el)"
-if [ $(($(date +%s) - start)) -lt 400 ]; then
+if [ $(($(date +%s) - start)) -lt 340 ]; then
   grouped_carry_table h30 30th-h30
   mv $OUT/gemm $OUT/gemm-h30
 fi
-if [ $(($(date +%s) - start)) -lt 450 ]; then
+if [ $(($(date +%s) - start)) -lt 390 ]; then
   KOSMOS_PUBLISH=2 moe_final_form p28 30th
   echo "final form p28 (KOSMOS_PUBLISH=2) $(el)"
 fi
