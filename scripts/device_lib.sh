@@ -53,9 +53,13 @@ moe_rounds() {
   done
 }
 
+# The variant's commit for the JSON (the device's copy of the tree may carry a stale .git).
+variant_commit() { head -1 "build/variants/$1/commit.txt" | cut -c1-12; }
+
 moe_final_form() {
   local variant=$1 tag=$2 K m t f b
   K=$(scripts/variants.sh unpack "$variant" kosmos) || return 1
+  export KOSMOS_COMMIT; KOSMOS_COMMIT=$(variant_commit "$variant")
   mkdir -p $OUT/fwd $OUT/bwd
   for m in qwen3-235b deepseek-v3; do
     for t in 4096 128; do
@@ -80,6 +84,7 @@ moe_final_form() {
 grouped_carry_table() {
   local variant=$1 tag=$2 B l
   B=$(scripts/variants.sh unpack "$variant" gemm_engine_bench) || return 1
+  export KOSMOS_COMMIT; KOSMOS_COMMIT=$(variant_commit "$variant")
   mkdir -p $OUT/gemm
   for l in nt nn; do
     timeout 100 "$B" --grouped-only --layout $l --reps 20 --compare-carry --json $OUT/gemm/gemm-engine-grouped-$l-$g-$tag.json > $OUT/gemm/grouped-$l.txt 2>&1

@@ -133,11 +133,12 @@ struct GpuOptions {
   uint32_t claim_ahead = 1;
   // Ring carry (with claim_ahead = 1): a GEMM tile whose CTA's next task is a ready GEMM tile of the
   // same tile shape and operand majors loads that tile's first k blocks (up to a ring) under its own
-  // last k blocks and epilogue, and hands the ring over (docs/design/gemm.md, "Ring carry"). 1 (default):
-  // in launches of GEMM tiles alone (kosmos::Gemm, a composition's GEMM launches); 2: in every launch
-  // (a fused layer's, measured 3-5 % slower with it); 0: never. KOSMOS_RING_CARRY=0|1|2, when set,
-  // overrides this (A/B measurements).
-  uint32_t ring_carry = 1;
+  // last k blocks and epilogue, and hands the ring over; the tile's warp 1 claims that next task
+  // (docs/design/gemm.md, "Ring carry"). 2 (default): in every launch; 1: in launches of GEMM tiles
+  // alone (kosmos::Gemm, a composition's GEMM launches; the default until the thirtieth session,
+  // when the claim still ran on the producer thread and fused layers lost 3-5 % with the carry);
+  // 0: never. KOSMOS_RING_CARRY=0|1|2, when set, overrides this (A/B measurements).
+  uint32_t ring_carry = 2;
   // Who releases a finished task's signals after the CTA barrier: 0 thread 0, a fence then a
   // red.release per signal (a MEMBAR each); 1 thread 0, one MEMBAR in all (a lone signal's
   // red.release, else one fence then relaxed adds); 2 (default) as 1 from warp 1's first thread

@@ -186,8 +186,9 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
                "; KOSMOS_CLAIM_AHEAD overrides it)");
   const uint32_t carry = env_override("KOSMOS_RING_CARRY", options.ring_carry);
   KOSMOS_CHECK(carry <= 2, "GpuOptions::ring_carry must be 0, 1 or 2 (got ", carry, "; KOSMOS_RING_CARRY overrides it)");
-  // 1: only launches of GEMM tiles alone (a fused layer's GEMM tiles, which wait on and feed other
-  // kinds of tasks, ran 3-5 % slower with the carry; twenty-seventh session).
+  // 2: every launch; 1: only launches of GEMM tiles alone (the default while the claim ran on the
+  // producer thread: a fused layer's GEMM tiles, which wait on and feed other kinds of tasks, then
+  // ran 3-5 % slower with the carry; twenty-seventh to twenty-ninth sessions).
   bool gemm_only = true;
   for (const plan::Task& t : plan.tasks) gemm_only &= t.kind == plan::TaskKind::kGemmTile;
   p.ring_carry = carry == 2 || (carry == 1 && gemm_only) ? 1u : 0u;

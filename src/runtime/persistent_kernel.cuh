@@ -234,19 +234,6 @@ struct TaskContext {
     ahead->half = 1;
   }
 
-  // Thread 0 of a body, after claim_next: when the claimed task was not ready then, checks its
-  // non-deferred waits once more (one acquire load each, no spinning) and records the answer, so
-  // that the loop top skips them. Returns whether it is ready now (false: nothing claimed).
-  __device__ __forceinline__ bool ahead_ready_now() const {
-    if (ahead == nullptr) return false;
-    const uint32_t slot = ahead->slot;
-    if (slot == kNotClaimed || slot == kNoSlot) return false;
-    if (ahead->ready) return true;
-    if (!waits_met(p->tasks[slot])) return false;
-    ahead->ready = 1;
-    return true;
-  }
-
   // Release a finished task's outputs: one fence, then a release-add on every counter it signals
   // (.sys when the plan spans GPUs). The caller has synchronised with every thread that wrote them
   // (a CTA barrier after the body).

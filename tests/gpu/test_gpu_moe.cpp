@@ -252,9 +252,8 @@ TEST(GpuMoePublish, EveryModeSameOutputs) {
 // the saving forward (GEMM1 also stores the pre-activation of the tail rows) against the recomputing
 // backward, and the Qwen3-like width (H = 1024, I = 384: 3 n tiles of GEMM1's SwiGLU, partial GEMM2).
 // The ring carry (gemm_tile.cuh; docs/design/gemm.md, "Ring carry"): a GEMM task loads its CTA's
-// next GEMM task's first k blocks under its own tail when that task is ready. Off by default in
-// fused layers; KOSMOS_RING_CARRY=2 turns it on there (and in the unfused composition's GEMM
-// launches, where it is on by default), against 0 (off everywhere). Forward at W = 8
+// next GEMM task's first k blocks under its own tail when that task is ready (its warp 1 claims that
+// task). On by default in every launch (KOSMOS_RING_CARRY=2), against 0 (off everywhere). Forward at W = 8
 // (GEMM1 -> GEMM1, GEMM1 -> GEMM2 waiting on H, GEMM2 -> GEMM2 hand-overs) and W = 1 with H, I off the
 // tile widths and merged tails; the backward (dX, grouped-K weight gradients: kept operands, empty
 // groups). Each run against fp64 and the unfused composition; y the same bit for bit with and
