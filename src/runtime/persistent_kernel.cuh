@@ -17,8 +17,9 @@
 // all CTAs are co-resident (cooperative launch), so the lowest unfinished claimed task always has
 // its dependencies finished and makes progress.
 //
-// Claim-ahead: a body's thread 0 (or one helper thread for it) may call TaskContext::claim_next() once, when what is left of its
-// task no longer needs it (the GEMM producer: after its last TMA load). It takes the CTA's next
+// Claim-ahead: a body's thread 0 (or one helper thread for it) may call TaskContext::claim_next()
+// once, when what is left of its task no longer needs it (the GEMM producer: after its last TMA
+// load; the GEMM tile's warp 1 with the ring carry, a few k blocks before it). It takes the CTA's next
 // ticket then, and checks that task's waits once without spinning, so that the claim's atomic and
 // the dependent loads of the task, its waits and their counters overlap the body's tail instead of
 // sitting between two tasks. Still deadlock-free: a CTA holds at most one claimed-ahead task, and
