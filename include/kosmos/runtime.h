@@ -142,7 +142,7 @@ struct GpuOptions {
   // Who releases a finished task's signals after the CTA barrier: 0 thread 0, a fence then a
   // red.release per signal (a MEMBAR each); 1 thread 0, one MEMBAR in all (a lone signal's
   // red.release, else one fence then relaxed adds); 2 (default) as 1 from warp 1's first thread
-  // while thread 0 claims the next task. Measured on the H100 (twenty-ninth session, fused MoE
+  // while thread 0 starts the next task. Measured on the H100 (twenty-ninth session, fused MoE
   // layers at T = 4096, processes alternated): 2 faster than 0 in all six pairs, 0.4-1.3 %.
   // KOSMOS_PUBLISH=0|1|2 overrides it.
   uint32_t publish = 2;

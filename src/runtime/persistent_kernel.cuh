@@ -56,7 +56,7 @@ enum PublishMode : uint32_t {
   kPublishThread0Relaxed = 1,  // thread 0: one MEMBAR in all -- red.release alone for one signal, else
                                // fence.acq_rel then red.relaxed per signal
   kPublishWarp1Relaxed = 2,    // warp 1 lane 0 (a thread that issues no TMA loads): as 1, while
-                               // thread 0 goes on to claim the next task
+                               // thread 0 goes on to the next task
 };
 
 // Signals of a task the CTA keeps in shared memory (more are read from global memory).
