@@ -6,7 +6,8 @@
 #
 #   scripts/variants.sh pack NAME            here, after building NAME's checkout: build/kosmos,
 #                                            build/tests/kosmos_gpu_tests, build/kosmos_nccl_transport_tests,
-#                                            build/gemm_engine_test (those newer than build/libkosmos.a)
+#                                            build/gemm_engine_test, build/gemm_engine_bench (those newer
+#                                            than build/libkosmos.a)
 #                                            -> build/variants/NAME/*.xz, with its commit
 #   scripts/variants.sh list                 what is packed
 #   scripts/variants.sh tests NAME           on the device: scripts/device_batch.sh's gpu-tests, gemm-tests
@@ -55,7 +56,7 @@ case "$cmd" in
     name=${1:?"usage: scripts/variants.sh pack NAME"}
     mkdir -p "$V/$name"
     rm -f "$V/$name"/*.xz
-    for f in build/kosmos build/tests/kosmos_gpu_tests build/kosmos_nccl_transport_tests build/gemm_engine_test; do
+    for f in build/kosmos build/tests/kosmos_gpu_tests build/kosmos_nccl_transport_tests build/gemm_engine_test build/gemm_engine_bench; do
       [ -x "$f" ] || continue
       # A binary older than the library was linked from another checkout: leave it out.
       if [ build/libkosmos.a -nt "$f" ]; then echo "  $f is older than build/libkosmos.a: not packed" >&2; continue; fi
