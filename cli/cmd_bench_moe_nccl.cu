@@ -264,8 +264,8 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
     const double t_fused = max_ms("fused_ms"), t_unfused = max_ms("unfused_ms");
     const double t_pipe = max_ms("cublas_grouped_ms"), t_fwd = max_ms("forward_saving_ms");
     const int64_t max_rows = *std::max_element(routing.rows_per_rank.begin(), routing.rows_per_rank.end());
-    const double weight_bytes_rank = double(L->buffer_bytes(MoeBuffer::kGateUp) + L->buffer_bytes(MoeBuffer::kDown));
-    const double floor_ms = weight_bytes_rank / 4.2e12 * 1e3;  // each GPU reads its own experts' weights
+    // Each GPU reads its own experts' weights.
+    const WeightFloor floor = weight_floor(double(L->buffer_bytes(MoeBuffer::kGateUp) + L->buffer_bytes(MoeBuffer::kDown)));
     std::printf("moe%s %s W=%d T=%ld H=%ld I=%ld E=%d k=%d routing=%s (NCCL transport, one process per GPU; NCCL %s)\n",
                 bwd ? " backward" : "", o.model.c_str(), W, long(T), long(H), long(I), E, k, o.routing.c_str(),
                 transport::nccl_library_version().to_string().c_str());
@@ -286,8 +286,9 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
     }
     std::printf("  weight-read floor per GPU %.3f ms (%.2f GB / 4.2 TB/s): fused at %.2fx; bitwise fused==unfused: yes; rel.err vs fp64 "
                 "(3 tokens per rank) %.2e%s\n",
-                floor_ms, weight_bytes_rank / 1e9, t_fused / floor_ms, rel_fp64,
+                floor.ms, floor.bytes / 1e9, t_fused / floor.ms, rel_fp64,
                 with_pipeline ? (", pipeline vs fused " + std::to_string(pipe_rel)).c_str() : "");
+    print_peak_floor(floor, t_fused);
     if (with_pipeline) std::printf("  pipeline: %s\n", cb.describe().c_str());
     if (o.json.empty()) return;
     nlohmann::json j = run_metadata(command_line());
@@ -304,8 +305,8 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
     j["speedup_vs_unfused"] = t_unfused / t_fused;
     j["max_rows_per_rank"] = max_rows;
     j["rows_per_rank"] = routing.rows_per_rank;
-    j["weight_floor_ms_per_gpu"] = floor_ms;
-    j["fused_over_floor"] = t_fused / floor_ms;
+    j["weight_floor_ms_per_gpu"] = floor.ms;
+    put_floor_json(j, floor, t_fused);  // per GPU here
     j["bitwise_fused_eq_unfused"] = true;
     j["rel_err_vs_fp64"] = rel_fp64;
     j["save_activations"] = cfg.save_activations;

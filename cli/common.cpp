@@ -70,7 +70,34 @@ nlohmann::json run_metadata(const std::string& command) {
   j["cuda_runtime"] = info.runtime;
   j["sm_clock_mhz_max"] = info.clock_mhz;
   j["mem_clock_mhz"] = info.mem_clock_mhz;
+  j["mem_bus_bits"] = info.mem_bus_bits;
   return j;
+}
+
+WeightFloor weight_floor(double bytes) {
+  WeightFloor f;
+  f.bytes = bytes;
+  f.ms = bytes / 4.2e12 * 1e3;
+  f.peak_bw = runtime::query_device(0).peak_mem_bytes_per_s();
+  f.peak_ms = f.peak_bw > 0 ? bytes / f.peak_bw * 1e3 : 0.0;
+  return f;
+}
+
+void print_peak_floor(const WeightFloor& f, double t_fused_ms) {
+  if (f.peak_ms <= 0) return;
+  std::printf("  at this GPU's peak DRAM bandwidth (%.2f TB/s) the floor is %.3f ms: fused at %.2fx it\n", f.peak_bw / 1e12,
+              f.peak_ms, t_fused_ms / f.peak_ms);
+}
+
+void put_floor_json(nlohmann::json& j, const WeightFloor& f, double t_fused_ms) {
+  j["weight_bytes"] = f.bytes;
+  j["weight_floor_ms"] = f.ms;
+  j["fused_over_floor"] = t_fused_ms / f.ms;
+  j["peak_mem_bandwidth_tbs"] = f.peak_bw / 1e12;
+  if (f.peak_ms > 0) {
+    j["weight_floor_peak_ms"] = f.peak_ms;
+    j["fused_over_peak_floor"] = t_fused_ms / f.peak_ms;
+  }
 }
 
 Status write_json(const std::string& path, const nlohmann::json& j) {

@@ -28,6 +28,18 @@ bool gpu_available();
 nlohmann::json run_metadata(const std::string& command);
 std::string git_commit();
 Status write_json(const std::string& path, const nlohmann::json& j);
+
+// The MoE benches' weight-read floor: the expert weight bytes a GPU reads / 4.2 TB/s (the H200's
+// measured device copy rate, as issue 5 defines it), and the same at this GPU's peak DRAM bandwidth
+// (memory clock x bus width; below 4.2 TB/s on an H100; 0 when the device does not report it).
+struct WeightFloor {
+  double bytes = 0, ms = 0, peak_bw = 0, peak_ms = 0;
+};
+WeightFloor weight_floor(double bytes);
+// One line "  at this GPU's peak DRAM bandwidth ...: fused at N x it" (nothing when unknown), and
+// the floor's JSON fields (weight_bytes, weight_floor_ms, fused_over_floor, and the peak's).
+void print_peak_floor(const WeightFloor& f, double t_fused_ms);
+void put_floor_json(nlohmann::json& j, const WeightFloor& f, double t_fused_ms);
 std::string command_line();
 
 }  // namespace kosmos::cli

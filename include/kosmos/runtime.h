@@ -188,8 +188,11 @@ class GpuExecutor {
 struct DeviceInfo {
   bool available = false;
   std::string name, driver, runtime;
-  int sms = 0, cc_major = 0, cc_minor = 0, clock_mhz = 0, mem_clock_mhz = 0;
+  int sms = 0, cc_major = 0, cc_minor = 0, clock_mhz = 0, mem_clock_mhz = 0, mem_bus_bits = 0;
   size_t memory_bytes = 0, l2_bytes = 0;
+  // Peak DRAM bandwidth from the memory clock and bus width (two transfers per clock), bytes/s; 0
+  // when the device did not report them.
+  double peak_mem_bytes_per_s() const { return 2.0 * mem_clock_mhz * 1e6 * mem_bus_bits / 8.0; }
   std::string error;
 };
 DeviceInfo query_device(int device = 0);

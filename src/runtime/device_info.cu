@@ -29,6 +29,9 @@ DeviceInfo query_device(int device) {
   info.clock_mhz = v / 1000;
   cudaDeviceGetAttribute(&v, cudaDevAttrMemoryClockRate, device);
   info.mem_clock_mhz = v / 1000;
+  v = 0;
+  cudaDeviceGetAttribute(&v, cudaDevAttrGlobalMemoryBusWidth, device);
+  info.mem_bus_bits = v;
   info.memory_bytes = p.totalGlobalMem;
   info.l2_bytes = p.l2CacheSize;
   int drv = 0, rt = 0;

@@ -190,3 +190,17 @@ TEST(CpuExecutor, ChecksumIsPositionWeighted) {
   EXPECT_NE(kernels::checksum_host(a, 16), kernels::checksum_host(b, 16));
   EXPECT_EQ(kernels::checksum_host(a, 16), 1 * 1 + 2 * 3 + 3 * 5 + 4 * 7u);
 }
+
+// The peak DRAM bandwidth the MoE bench's second floor divides by: two transfers per memory clock
+// over the bus width. An H100 SXM reports 2,619 MHz and 5,120 bits (NVIDIA's datasheet: 3.35 TB/s);
+// a device that reports neither gives 0 (the bench then prints no peak floor). query_device on a
+// machine without a GPU reports none.
+TEST(DeviceInfo, PeakBandwidthFromMemoryClockAndBusWidth) {
+  DeviceInfo h100;
+  h100.mem_clock_mhz = 2619;
+  h100.mem_bus_bits = 5120;
+  EXPECT_NEAR(h100.peak_mem_bytes_per_s(), 3.35e12, 0.01e12);
+  EXPECT_EQ(DeviceInfo{}.peak_mem_bytes_per_s(), 0.0);
+  const DeviceInfo here = query_device(0);
+  if (!here.available) EXPECT_EQ(here.peak_mem_bytes_per_s(), 0.0);
+}
