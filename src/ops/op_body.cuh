@@ -94,7 +94,6 @@ struct RuntimeGemmWaiter {
   __device__ __forceinline__ void helper_claim() const {
     const volatile uint32_t* go = &ctx->ahead->carry.go;
     while (*go == 0u) __nanosleep(32);
-    ctx->finish_ticket(ctx->issue_ticket());
     ctx->claim_next();
   }
   // Warp 1's lane 0: the answer (next_problem / next_flags, and the tile in carry_out()'s record),

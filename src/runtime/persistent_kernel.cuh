@@ -26,9 +26,9 @@
 // only while its current task -- which has the lower slot -- runs; so the lowest unfinished claimed
 // task is never one held ahead (its holder's current task would be lower and unfinished), and it
 // makes progress as before. With the ring carry a GEMM tile's warp 1 claims for thread 0
-// (issue_ticket, finish_ticket, claim_next, a few k blocks before the producer's last load) and the
-// body hands the claimed task state in shared memory (AheadClaim::carry, the ring carry:
-// docs/design/runtime.md); the argument is the same.
+// (claim_next, a few k blocks before the producer's last load) and the body hands the claimed task
+// state in shared memory (AheadClaim::carry, the ring carry: docs/design/runtime.md); the argument
+// is the same.
 //
 // Shared memory: a few scalars static; the dynamic part belongs to the task bodies.
 #pragma once
@@ -105,7 +105,6 @@ struct BodyCarry {
 struct AheadClaim {
   uint32_t slot;   // kNotClaimed, kNoSlot (claimed: the run has no more tasks) or a slot
   uint32_t ready;  // every non-deferred wait of `slot` was already satisfied when it was claimed
-  uint32_t half;   // finish_ticket claimed `slot`; claim_next has yet to read it (ready and signals unset)
   SignalList signals;  // `slot`'s, read at claim time under the body's tail
   BodyCarry carry;
 };
@@ -196,19 +195,15 @@ struct TaskContext {
     return true;
   }
 
-  // Thread 0 of a body, at most once per task: claims the CTA's next task now (see the header).
-  // Non-blocking: one atomic, the task's wait list and one acquire load per wait, no spinning.
-  // Called once per task; after finish_ticket it completes that claim (the same reads).
+  // Thread 0 of a body (or, with the ring carry, the GEMM tile's claim helper, warp 1: a thread that
+  // issues no loads, so it may wait for the atomic -- the producer thread that waited for it stopped
+  // issuing loads for an L2 round trip, and the ring ran dry: 4 % on a 10 us GEMM), at most once
+  // per task: claims the CTA's next task now (see the header). Non-blocking: one atomic, the task's
+  // wait list and one acquire load per wait, no spinning.
   __device__ __forceinline__ void claim_next() const {
     if (ahead == nullptr) return;
-    uint32_t slot;
-    if (ahead->half) {
-      ahead->half = 0;
-      slot = ahead->slot;
-    } else {
-      if (p->claim_ahead == kClaimAheadOff || aborted()) return;
-      slot = claim_ticket(*p, epoch);
-    }
+    if (p->claim_ahead == kClaimAheadOff || aborted()) return;
+    const uint32_t slot = claim_ticket(*p, epoch);
     uint32_t ready = 1;
     if (slot != kNoSlot) ready = waits_met(p->tasks[slot]);
     if (slot != kNoSlot) {
@@ -217,22 +212,6 @@ struct TaskContext {
     }
     ahead->slot = slot;
     ahead->ready = ready;
-  }
-
-  // The claim in three parts, for the GEMM tile's claim helper (warp 1 with the ring carry,
-  // gemm_tile.cuh: a thread that issues no loads, so it may wait for the atomic -- the producer
-  // thread that waited for it stopped issuing loads for an L2 round trip, and the ring ran dry: 4 %
-  // on a 10 us GEMM): issue_ticket takes the ticket; finish_ticket turns it into the claimed slot
-  // (and prefetches its task); claim_next, which must still follow, reads the rest. Only with
-  // claim_ahead = 1 (ahead non-null); an aborted run's ticket is dropped (the loop top then sees the
-  // abort; the host's recovery resets the ticket).
-  __device__ __forceinline__ uint32_t issue_ticket() const { return atomicAdd(&p->state->ticket, 1u); }
-  __device__ __forceinline__ void finish_ticket(uint32_t ticket) const {
-    const uint32_t slot = slot_of_ticket(*p, epoch, ticket);
-    if (aborted()) return;
-    if (slot != kNoSlot) asm volatile("prefetch.global.L1 [%0];" ::"l"(p->tasks + slot));
-    ahead->slot = slot;
-    ahead->half = 1;
   }
 
   // Release a finished task's outputs: one fence, then a release-add on every counter it signals
@@ -374,7 +353,6 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     s_epoch = *reinterpret_cast<volatile uint64_t*>(&p.state->epoch);
     s_claims = 0;
     s_ahead.slot = kNotClaimed;
-    s_ahead.half = 0;
     s_ahead.carry.slot[0] = s_ahead.carry.slot[1] = kNotClaimed;
     s_ahead.carry.flags = 0;
   }

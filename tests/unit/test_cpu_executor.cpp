@@ -1,5 +1,5 @@
 // CPU executor: the scheduling protocol under random DAGs, delays and claim orders; the watchdog;
-// host abort; built-in task kinds against host references.
+// host abort; built-in task kinds against host references. Also DeviceInfo's bandwidth formula.
 #include <gtest/gtest.h>
 
 #include <chrono>
