@@ -60,37 +60,59 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
                             int lanes) {
   struct Acc {
     std::vector<double> us;
+    double gap_us = 0;  // idle time of the task's CTA between its previous task's end and this start
+    size_t gaps = 0;
     uint64_t first = UINT64_MAX, last = 0;
   };
   std::map<std::string, Acc> by;
+  std::map<uint32_t, std::vector<const runtime::TraceRecord*>> by_cta;
   uint64_t t0 = UINT64_MAX, t1 = 0;
-  double busy = 0;
+  double busy = 0, gap_total = 0;
+  const auto label_of = [&](const runtime::TraceRecord& r) -> Acc& {
+    return by[r.task_id < labels.size() ? labels[r.task_id] : std::string("?")];
+  };
   for (const auto& r : records) {
     if (r.end_ns == 0) continue;
-    Acc& a = by[r.task_id < labels.size() ? labels[r.task_id] : std::string("?")];
+    Acc& a = label_of(r);
     a.us.push_back((r.end_ns - r.start_ns) * 1e-3);
     a.first = std::min(a.first, r.start_ns);
     a.last = std::max(a.last, r.end_ns);
     t0 = std::min(t0, r.start_ns);
     t1 = std::max(t1, r.end_ns);
     busy += (r.end_ns - r.start_ns) * 1e-3;
+    by_cta[r.cta].push_back(&r);
   }
   if (by.empty()) return "  (no trace records)\n";
+  // The gap before a task: from the end of its CTA's previous task to its start -- the claim, the
+  // task's waits and the runtime's release of the previous one (a task claimed ahead and ready
+  // starts with next to none). A CTA's first task has no gap.
+  for (auto& [cta, v] : by_cta) {
+    std::sort(v.begin(), v.end(), [](const auto* x, const auto* y) { return x->start_ns < y->start_ns; });
+    for (size_t i = 1; i < v.size(); ++i) {
+      const double g = v[i]->start_ns > v[i - 1]->end_ns ? (v[i]->start_ns - v[i - 1]->end_ns) * 1e-3 : 0.0;
+      Acc& a = label_of(*v[i]);
+      a.gap_us += g;
+      a.gaps += 1;
+      gap_total += g;
+    }
+  }
   const double span = (t1 - t0) * 1e-3;
+  const double lane_us = std::max(1, lanes) * span;
   char line[256];
   std::string out;
-  std::snprintf(line, sizeof line, "  trace: span %.1f us, tasks busy %.1f%% of %d SMs over it\n", span,
-                100.0 * busy / (std::max(1, lanes) * span), lanes);
+  std::snprintf(line, sizeof line, "  trace: span %.1f us, tasks busy %.1f%% of %d SMs over it, gaps between a CTA's tasks %.1f%%\n",
+                span, 100.0 * busy / lane_us, lanes, 100.0 * gap_total / lane_us);
   out += line;
-  std::snprintf(line, sizeof line, "  %-26s %7s %11s %9s %9s %11s %11s\n", "tasks", "count", "SM-busy ms", "mean us",
-                "median us", "first us", "last us");
+  std::snprintf(line, sizeof line, "  %-26s %7s %11s %9s %9s %11s %11s %9s %9s\n", "tasks", "count", "SM-busy ms", "mean us",
+                "median us", "first us", "last us", "gap ms", "gap us");
   out += line;
   for (auto& [name, a] : by) {
     std::sort(a.us.begin(), a.us.end());
     double sum = 0;
     for (double v : a.us) sum += v;
-    std::snprintf(line, sizeof line, "  %-26s %7zu %11.3f %9.2f %9.2f %11.1f %11.1f\n", name.c_str(), a.us.size(), sum * 1e-3,
-                  sum / a.us.size(), a.us[a.us.size() / 2], (a.first - t0) * 1e-3, (a.last - t0) * 1e-3);
+    std::snprintf(line, sizeof line, "  %-26s %7zu %11.3f %9.2f %9.2f %11.1f %11.1f %9.3f %9.2f\n", name.c_str(), a.us.size(),
+                  sum * 1e-3, sum / a.us.size(), a.us[a.us.size() / 2], (a.first - t0) * 1e-3, (a.last - t0) * 1e-3,
+                  a.gap_us * 1e-3, a.gaps ? a.gap_us / a.gaps : 0.0);
     out += line;
   }
   return out;

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "kosmos/trace.h"
+#include "bench_timing.h"
 #include "runtime/sample_pipeline.h"
 
 using namespace kosmos;
@@ -37,4 +38,25 @@ TEST(Trace, ChromeJsonAndSvgFromACpuRun) {
   EXPECT_EQ(svg_lanes, sms);
   EXPECT_NE(svg.find(runtime::kind_colour(plan::TaskKind::kCopy)), std::string::npos);
   EXPECT_NE(svg.find(runtime::kind_colour(plan::TaskKind::kChecksum)), std::string::npos);
+}
+
+// The benches' per-label breakdown of a traced run: busy time, and the gaps before each label's
+// tasks on their CTA (previous end to this start). Two CTAs: CTA 0 runs a (0-10 us), b (12-20),
+// a (25-30); CTA 1 runs b (0-8), b (8-18). Gaps: b 2 us (CTA 0) + 0 (CTA 1), a 5 us; a CTA's first
+// task has none. A record that did not run (end 0) is skipped.
+TEST(Trace, BreakdownBusyAndGapsByLabel) {
+  auto rec = [](uint32_t id, uint32_t cta, uint64_t s_us, uint64_t e_us) {
+    return runtime::TraceRecord{id, 0, 0, cta, cta, s_us * 1000, e_us * 1000};
+  };
+  const std::vector<runtime::TraceRecord> r = {rec(0, 0, 0, 10), rec(2, 0, 25, 30), rec(1, 0, 12, 20),
+                                               rec(3, 1, 0, 8),  rec(4, 1, 8, 18),  rec(5, 1, 0, 0)};
+  const std::vector<std::string> labels = {"a", "b", "a", "b", "b", "a"};
+  const std::string out = cli::trace_breakdown(r, labels, 2);
+  // span 30 us on 2 SMs = 60 lane-us; busy 10+8+5+8+10 = 41 us; gaps 2+5 = 7 us.
+  EXPECT_NE(out.find("span 30.0 us, tasks busy 68.3% of 2 SMs over it, gaps between a CTA's tasks 11.7%"), std::string::npos)
+      << out;
+  const std::regex a_line(R"(\n\s+a\s+2\s+0\.015\s+7\.50\s+10\.00\s+0\.0\s+30\.0\s+0\.005\s+5\.00\n)");
+  const std::regex b_line(R"(\n\s+b\s+3\s+0\.026\s+8\.67\s+8\.00\s+0\.0\s+20\.0\s+0\.002\s+1\.00\n)");
+  EXPECT_TRUE(std::regex_search(out, a_line)) << out;
+  EXPECT_TRUE(std::regex_search(out, b_line)) << out;
 }

@@ -1,0 +1,51 @@
+#!/bin/bash
+# The thirty-first session's device calls, on r31 (the final code of the thirtieth -- the claim
+# helper calls claim_next alone, not GPU-run before -- plus the benches' trace gaps and the helper's
+# readiness re-check, off by default: KOSMOS_CLAIM_RECHECK=1). Two calls, back to back on one machine:
+#   run(command="scripts/call31.sh a", carry=["build/variants/r31"])   the GPU suite, the issue tables,
+#                                                                    the carry's tests with the re-check
+#   run(command="scripts/call31.sh b", carry=["build/variants/r31"])   the re-check A/B, backward traces,
+#                                                                    issue 3's GEMMs, GEMM2 claim groups
+. "$(dirname "$0")/device_lib.sh"
+device_start
+V=r31
+K=$(scripts/variants.sh unpack $V kosmos) || exit 1
+T=$(scripts/variants.sh unpack $V kosmos_gpu_tests) || exit 1
+case "${1:-a}" in
+  a)
+    TEST_TIMEOUT=200 scripts/variants.sh tests $V 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
+    mv $OUT/results.tgz $OUT/tests-$V.tgz; echo "suite $(el)"
+    moe_final_form $V 31st
+    echo "final form $(el)"
+    KOSMOS_CLAIM_RECHECK=1 gtest_step tests-recheck 150 "$T" 'GpuRingCarry.*:GpuMoePublish.*:GpuGemmOp.RingCarryOffAndOn'
+    echo "done $(el)"
+    ;;
+  b)
+    CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations" \
+      ROUNDS=2 scripts/variants.sh ab $V $V@KOSMOS_CLAIM_RECHECK=1 2>&1
+    mv $OUT/variants-logs.tgz $OUT/ab-recheck.tgz; echo "ab $(el)"
+    # Where the saved backward's time goes, and the gaps before each label's tasks: carry in every
+    # launch (the default), in GEMM-only launches, and with the re-check.
+    mkdir -p $OUT/trace
+    for c in c2 c1 rk; do
+      envs=(); [ $c = c1 ] && envs=(KOSMOS_RING_CARRY=1); [ $c = rk ] && envs=(KOSMOS_CLAIM_RECHECK=1)
+      timeout 60 env "${envs[@]}" "$K" bench moe --model qwen3-235b --tokens 4096 --backward --save-activations \
+        --trace-svg $OUT/trace/qb-$c.svg > $OUT/trace/qb-$c.txt 2>&1
+      echo "== backward $c rc=$? $(el)"; sed -n '/trace: span/,$p' $OUT/trace/qb-$c.txt | grep -vE "^\s*$" | head -14 | cut -c1-170
+      python3 scripts/trace_gaps.py $OUT/trace/qb-$c.svg 2>&1 | head -8
+    done
+    # The forward, for comparison (fused 1-2 % slower than its own four launches at T = 4096).
+    timeout 60 "$K" bench moe --model qwen3-235b --tokens 4096 --skip-cublas --trace-svg $OUT/trace/qf.svg > $OUT/trace/qf.txt 2>&1
+    echo "== forward rc=$? $(el)"; sed -n '/trace: span/,$p' $OUT/trace/qf.txt | grep -vE "^\s*$" | head -12 | cut -c1-170
+    python3 scripts/trace_gaps.py $OUT/trace/qf.svg 2>&1 | head -8
+    rm -f $OUT/trace/*.svg
+    tar czf $OUT/trace.tgz -C $OUT trace && rm -rf $OUT/trace
+    [ $(($(date +%s) - start)) -lt 330 ] || { echo "no time for the GEMMs $(el)"; exit 0; }
+    grouped_carry_table $V 31st
+    [ $(($(date +%s) - start)) -lt 470 ] || { echo "no time for bench gemm $(el)"; exit 0; }
+    KOSMOS_COMMIT=$(variant_commit $V) timeout 90 "$K" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-31st.json > $OUT/gemm/dense.txt 2>&1
+    echo "bench gemm rc=$? $(el)"; grep -E 'x|geomean|geometric' $OUT/gemm/dense.txt | tail -12
+    tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm
+    echo "done $(el)"
+    ;;
+esac
