@@ -1,11 +1,13 @@
 #!/bin/bash
 # The thirty-first session's device calls, on r31 (the final code of the thirtieth -- the claim
 # helper calls claim_next alone, not GPU-run before -- plus the benches' trace gaps and the helper's
-# readiness re-check, off by default: KOSMOS_CLAIM_RECHECK=1). Two calls, back to back on one machine:
-#   run(command="scripts/call31.sh a", carry=["build/variants/r31"])   the GPU suite, the issue tables,
-#                                                                    the carry's tests with the re-check
-#   run(command="scripts/call31.sh b", carry=["build/variants/r31"])   the re-check A/B, backward traces,
-#                                                                    issue 3's GEMMs, GEMM2 claim groups
+# readiness re-check, off by default: KOSMOS_CLAIM_RECHECK=1). Three calls, back to back on one machine:
+#   run(command="scripts/call31.sh a", carry=["build/variants/r31"])   the GPU suite, the carry's tests
+#                                                                    with the re-check
+#   run(command="scripts/call31.sh b", carry=["build/variants/r31", "build/variants/r31d"])
+#        r31d's MoE tests (the dispatch's batched loads), the A/B of r31, the re-check and r31d, traces
+#   run(command="VF=r31 scripts/call31.sh c", carry=["build/variants/r31"])   the issue tables and
+#        issue 3's GEMMs with the final variant
 . "$(dirname "$0")/device_lib.sh"
 device_start
 V=r31
@@ -15,14 +17,25 @@ case "${1:-a}" in
   a)
     TEST_TIMEOUT=200 scripts/variants.sh tests $V 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
     mv $OUT/results.tgz $OUT/tests-$V.tgz; echo "suite $(el)"
-    moe_final_form $V 31st
-    echo "final form $(el)"
     KOSMOS_CLAIM_RECHECK=1 gtest_step tests-recheck 150 "$T" 'GpuRingCarry.*:GpuMoePublish.*:GpuGemmOp.RingCarryOffAndOn'
     echo "done $(el)"
     ;;
   b)
+    # r31d: r31 with the dispatch's loads batched (moe_tasks.cuh): the MoE tests first, in four
+    # shards (the fp64 references take the time).
+    AB="$V $V@KOSMOS_CLAIM_RECHECK=1"
+    if [ -f build/variants/r31d/kosmos.xz ]; then
+      TD=$(scripts/variants.sh unpack r31d kosmos_gpu_tests) || exit 1
+      for i in 0 1 2 3; do
+        GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 150 "$TD" --gtest_filter='*GpuMoe*:GpuRingCarry.*' > $OUT/tests-r31d-$i.txt 2>&1 &
+      done
+      wait
+      cat $OUT/tests-r31d-*.txt | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure" | sort | uniq -c | head
+      echo "r31d tests $(el)"
+      grep -q "FAILED" $OUT/tests-r31d-*.txt || AB="$AB r31d"
+    fi
     CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations" \
-      ROUNDS=2 scripts/variants.sh ab $V $V@KOSMOS_CLAIM_RECHECK=1 2>&1
+      ROUNDS=2 scripts/variants.sh ab $AB 2>&1
     mv $OUT/variants-logs.tgz $OUT/ab-recheck.tgz; echo "ab $(el)"
     # Where the saved backward's time goes, and the gaps before each label's tasks: carry in every
     # launch (the default), in GEMM-only launches, and with the re-check.
@@ -40,10 +53,16 @@ case "${1:-a}" in
     python3 scripts/trace_gaps.py $OUT/trace/qf.svg 2>&1 | head -8
     rm -f $OUT/trace/*.svg
     tar czf $OUT/trace.tgz -C $OUT trace && rm -rf $OUT/trace
-    [ $(($(date +%s) - start)) -lt 330 ] || { echo "no time for the GEMMs $(el)"; exit 0; }
-    grouped_carry_table $V 31st
-    [ $(($(date +%s) - start)) -lt 470 ] || { echo "no time for bench gemm $(el)"; exit 0; }
-    KOSMOS_COMMIT=$(variant_commit $V) timeout 90 "$K" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-31st.json > $OUT/gemm/dense.txt 2>&1
+    echo "done $(el)"
+    ;;
+  c)
+    # The issue tables with the final variant (VF, default r31), then issue 3's GEMMs.
+    VF=${VF:-$V}
+    moe_final_form $VF 31st
+    echo "final form $(el)"
+    grouped_carry_table $VF 31st
+    [ $(($(date +%s) - start)) -lt 480 ] || { echo "no time for bench gemm $(el)"; tar czf $OUT/gemm.tgz -C $OUT gemm; exit 0; }
+    KOSMOS_COMMIT=$(variant_commit $VF) timeout 90 "$(scripts/variants.sh unpack $VF kosmos)" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-31st.json > $OUT/gemm/dense.txt 2>&1
     echo "bench gemm rc=$? $(el)"; grep -E 'x|geomean|geometric' $OUT/gemm/dense.txt | tail -12
     tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm
     echo "done $(el)"
