@@ -1,16 +1,17 @@
 #!/bin/bash
-# The thirty-first session's device calls, on r31 (the final code of the thirtieth -- the claim
-# helper calls claim_next alone, not GPU-run before -- plus the benches' trace gaps and the helper's
-# readiness re-check, off by default: KOSMOS_CLAIM_RECHECK=1). Three calls, back to back on one machine:
-#   run(command="scripts/call31.sh a", carry=["build/variants/r31"])   the GPU suite, the carry's tests
-#                                                                    with the re-check
+# The thirty-first session's device calls, on r31d (the final code of the thirtieth -- the claim
+# helper calls claim_next alone, not GPU-run before -- plus the benches' trace gaps, the helper's
+# readiness re-check, off by default: KOSMOS_CLAIM_RECHECK=1, and the dispatch's batched loads) and
+# r31 (the same without the dispatch change). Three calls, back to back on one machine:
+#   run(command="scripts/call31.sh a", carry=["build/variants/r31d"])   the GPU suite, the carry's
+#        tests with the re-check
 #   run(command="scripts/call31.sh b", carry=["build/variants/r31", "build/variants/r31d"])
-#        r31d's MoE tests (the dispatch's batched loads), the A/B of r31, the re-check and r31d, traces
-#   run(command="VF=r31 scripts/call31.sh c", carry=["build/variants/r31"])   the issue tables and
+#        the A/B of r31, r31d and r31d with the re-check; traces
+#   run(command="VF=r31d scripts/call31.sh c", carry=["build/variants/r31d"])   the issue tables and
 #        issue 3's GEMMs with the final variant
 . "$(dirname "$0")/device_lib.sh"
 device_start
-V=r31
+V=${V:-r31d}
 K=$(scripts/variants.sh unpack $V kosmos) || exit 1
 T=$(scripts/variants.sh unpack $V kosmos_gpu_tests) || exit 1
 case "${1:-a}" in
@@ -21,19 +22,7 @@ case "${1:-a}" in
     echo "done $(el)"
     ;;
   b)
-    # r31d: r31 with the dispatch's loads batched (moe_tasks.cuh): the MoE tests first, in four
-    # shards (the fp64 references take the time).
-    AB="$V $V@KOSMOS_CLAIM_RECHECK=1"
-    if [ -f build/variants/r31d/kosmos.xz ]; then
-      TD=$(scripts/variants.sh unpack r31d kosmos_gpu_tests) || exit 1
-      for i in 0 1 2 3; do
-        GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 150 "$TD" --gtest_filter='*GpuMoe*:GpuRingCarry.*' > $OUT/tests-r31d-$i.txt 2>&1 &
-      done
-      wait
-      cat $OUT/tests-r31d-*.txt | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure" | sort | uniq -c | head
-      echo "r31d tests $(el)"
-      grep -q "FAILED" $OUT/tests-r31d-*.txt || AB="$AB r31d"
-    fi
+    AB="r31 $V $V@KOSMOS_CLAIM_RECHECK=1"
     CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations" \
       ROUNDS=2 scripts/variants.sh ab $AB 2>&1
     mv $OUT/variants-logs.tgz $OUT/ab-recheck.tgz; echo "ab $(el)"
