@@ -16,6 +16,28 @@ V=${V:-r31d}
 K=$(scripts/variants.sh unpack $V kosmos) || exit 1
 T=$(scripts/variants.sh unpack $V kosmos_gpu_tests) || exit 1
 mode=${1:-a}
+if [ "$mode" = q ]; then
+  # Quick form for little device time: r31d's MoE and carry tests (four shards), then one round of
+  # the A/B (processes alternated, phase times), then the backward traces as far as time goes.
+  for i in 0 1 2 3; do
+    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 120 "$T" --gtest_filter='*GpuMoe*:GpuRingCarry.*:GpuGemmOp.RingCarryOffAndOn' > $OUT/tests-q-$i.txt 2>&1 &
+  done
+  wait
+  cat $OUT/tests-q-*.txt | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure" | sort | uniq -c | head; echo "tests $(el)"
+  KOSMOS_CLAIM_RECHECK=1 gtest_step tests-recheck 60 "$T" 'GpuRingCarry.*'
+  CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations" \
+    ROUNDS=1 scripts/variants.sh ab r31 $V $V@KOSMOS_CLAIM_RECHECK=1 2>&1
+  mv $OUT/variants-logs.tgz $OUT/ab-q.tgz; echo "ab $(el)"
+  mkdir -p $OUT/trace
+  for c in c2 rk; do
+    envs=(); [ $c = rk ] && envs=(KOSMOS_CLAIM_RECHECK=1)
+    timeout 40 env "${envs[@]}" "$K" bench moe --model qwen3-235b --tokens 4096 --backward --save-activations --reps 3 \
+      --trace-svg $OUT/trace/qb-$c.svg > $OUT/trace/qb-$c.txt 2>&1
+    echo "== backward $c $(el)"; sed -n '/trace: span/,$p' $OUT/trace/qb-$c.txt | grep -vE "^\s*$" | head -12 | cut -c1-170
+  done
+  rm -f $OUT/trace/*.svg; tar czf $OUT/trace.tgz -C $OUT trace
+  exit 0
+fi
 [ "$mode" = ab ] && { "$0" a; [ $(($(date +%s) - start)) -lt 360 ] || { echo "no time for b $(el)"; exit 0; }; mode=b; }
 case "$mode" in
   a)
