@@ -139,10 +139,6 @@ struct GpuOptions {
   // when the claim still ran on the producer thread and fused layers lost 3-5 % with the carry);
   // 0: never. KOSMOS_RING_CARRY=0|1|2, when set, overrides this (A/B measurements).
   uint32_t ring_carry = 2;
-  // With the ring carry: 1 makes the claim helper check a claimed GEMM tile's waits again until the
-  // producer's last load when they were not met at the claim (kGemmClaimLead k blocks earlier);
-  // 0 (default): checked once, at the claim. KOSMOS_CLAIM_RECHECK=0|1 overrides it (A/B).
-  uint32_t claim_recheck = 0;
   // Who releases a finished task's signals after the CTA barrier: 0 thread 0, a fence then a
   // red.release per signal (a MEMBAR each); 1 thread 0, one MEMBAR in all (a lone signal's
   // red.release, else one fence then relaxed adds); 2 (default) as 1 from warp 1's first thread

@@ -195,9 +195,6 @@ __device__ __forceinline__ void offsets(const plan::Task& t, const MoeArgs& a, c
   }
 }
 
-// 16-byte vectors a dispatch lane loads before it stores them (4 KB of a row per warp in flight).
-inline constexpr int kDispatchVecs = 8;
-
 __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
                                          int num_threads) {
   const uint32_t s = t.rank, d = a.a & 0xFFFFu, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
@@ -223,27 +220,20 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
   for (uint32_t e = a.b; e < a.c; ++e) {
     const int32_t n = __ldcg(cnt + e), first = __ldcg(start + e), off = __ldcg(send_off + e);
     const int32_t mine = n > slice ? (n - slice + num_slices - 1) / num_slices : 0;
-    int32_t m = (warp_idx - row_base % num_warps + num_warps) % num_warps;
-    // The row's source entry is read one row ahead, and each lane loads kDispatchVecs 16-byte
-    // vectors before storing them: the source rows are mostly not in the L2 (x is read k times, in
-    // expert order), so a row cost a chain of dependent DRAM round trips -- the entry, then one per
-    // four vectors per lane -- and the copy ran at ~1.6 TB/s (H100, Qwen3 T = 4096: 170 us).
-    int32_t next_entry = m < mine ? __ldcg(perm + first + slice + m * num_slices) : 0;
-    for (; m < mine; m += num_warps) {
+    for (int32_t m = (warp_idx - row_base % num_warps + num_warps) % num_warps; m < mine; m += num_warps) {
       const int32_t i = slice + m * num_slices;
-      const int32_t entry = next_entry;
-      if (m + num_warps < mine) next_entry = __ldcg(perm + first + slice + (m + num_warps) * num_slices);
-      const uint4* __restrict__ src = src_rows + size_t(entry / a.top_k) * vecs;
-      uint4* __restrict__ dst = dst_rows + size_t(off + i) * vecs;
+      const int32_t entry = __ldcg(perm + first + i);
+      const uint4* src = src_rows + size_t(entry / a.top_k) * vecs;
+      uint4* dst = dst_rows + size_t(off + i) * vecs;
       uint32_t v = lane_idx;
-      for (; v + 32 * (kDispatchVecs - 1) < vecs; v += 32 * kDispatchVecs) {
-        uint4 r[kDispatchVecs];
-#pragma unroll
-        for (int q = 0; q < kDispatchVecs; ++q) r[q] = __ldcg(src + v + 32 * q);
-#pragma unroll
-        for (int q = 0; q < kDispatchVecs; ++q) dst[v + 32 * q] = r[q];
+      for (; v + 96 < vecs; v += 128) {
+        const uint4 v0 = src[v], v1 = src[v + 32], v2 = src[v + 64], v3 = src[v + 96];
+        dst[v] = v0;
+        dst[v + 32] = v1;
+        dst[v + 64] = v2;
+        dst[v + 96] = v3;
       }
-      for (; v < vecs; v += 32) dst[v] = __ldcg(src + v);
+      for (; v < vecs; v += 32) dst[v] = src[v];
       if (dy_only) continue;
       if (backward) {
         const uint4* src_dy = dy + size_t(entry / a.top_k) * vecs;

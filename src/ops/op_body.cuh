@@ -47,7 +47,7 @@ struct RuntimeGemmWaiter {
   // carry the claim helper (warp 1) claims instead: then only tell it to start, if claim_soon has
   // not already.
   __device__ __forceinline__ void loads_issued() const {
-    if (carries()) helper_go(kGoLastLoad);
+    if (carries()) helper_go();
     else ctx->claim_next();
   }
   // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
@@ -82,40 +82,19 @@ struct RuntimeGemmWaiter {
     *reinterpret_cast<volatile uint32_t*>(&c.go) = 0u;
     *reinterpret_cast<volatile uint32_t*>(&c.done) = 0u;
   }
-  // go: 0 not yet, kGoClaim (the claim point), kGoLastLoad (the producer thread's last load is
-  // issued: the helper's re-check, if any, stops; set at the claim point when the tile had fewer k
-  // blocks than the lead).
-  static constexpr uint32_t kGoClaim = 1u, kGoLastLoad = 2u;
-  __device__ __forceinline__ void helper_go(uint32_t v) const {
-    *reinterpret_cast<volatile uint32_t*>(&ctx->ahead->carry.go) = v;
+  __device__ __forceinline__ void helper_go() const {
+    *reinterpret_cast<volatile uint32_t*>(&ctx->ahead->carry.go) = 1u;
   }
   // The producer thread, once, kGemmClaimLead k blocks before its last load: start the helper.
   __device__ __forceinline__ void claim_soon() {
-    if (carries()) helper_go(kGoClaim);  // (carries: a context with the claim, claim_ahead = 1)
+    if (carries()) helper_go();  // (carries: a context with the claim, claim_ahead = 1)
   }
   // Warp 1's lane 0: waits for go, then claims the CTA's next task (the ticket, the task and its
-  // waits once without spinning: TaskContext::claim_next). With the re-check (KernelParamsHeader::
-  // ring_carry & kRingCarryRecheck), a claimed GEMM tile whose waits were not all met is checked
-  // again (one acquire load per wait, ~0.2 us apart) until they are or the producer thread has
-  // issued its last load: the claim point is kGemmClaimLead k blocks early, and a tile that becomes
-  // ready in between can still be carried.
+  // waits once without spinning: TaskContext::claim_next).
   __device__ __forceinline__ void helper_claim() const {
     const volatile uint32_t* go = &ctx->ahead->carry.go;
     while (*go == 0u) __nanosleep(32);
     ctx->claim_next();
-    runtime::AheadClaim& a = *ctx->ahead;
-    if ((ctx->p->ring_carry & runtime::kRingCarryRecheck) == 0u || a.ready || a.slot == runtime::kNotClaimed ||
-        a.slot == runtime::kNoSlot)
-      return;
-    const plan::Task& t = ctx->p->tasks[a.slot];
-    if (t.kind != plan::TaskKind::kGemmTile) return;
-    while (*go == kGoClaim) {
-      __nanosleep(200);
-      if (ctx->waits_met(t)) {
-        a.ready = 1u;
-        return;
-      }
-    }
   }
   // Warp 1's lane 0: the answer (next_problem / next_flags, and the tile in carry_out()'s record),
   // then done. flags: kNextCarry (a carry candidate), kNextFence, kNextAlongN.

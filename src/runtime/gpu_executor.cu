@@ -192,9 +192,6 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   bool gemm_only = true;
   for (const plan::Task& t : plan.tasks) gemm_only &= t.kind == plan::TaskKind::kGemmTile;
   p.ring_carry = carry == 2 || (carry == 1 && gemm_only) ? 1u : 0u;
-  const uint32_t recheck = env_override("KOSMOS_CLAIM_RECHECK", options.claim_recheck);
-  KOSMOS_CHECK(recheck <= 1, "GpuOptions::claim_recheck must be 0 or 1 (got ", recheck, "; KOSMOS_CLAIM_RECHECK overrides it)");
-  if (p.ring_carry && recheck) p.ring_carry |= kRingCarryRecheck;
   p.publish = env_override("KOSMOS_PUBLISH", options.publish);
   KOSMOS_CHECK(p.publish <= kPublishWarp1Relaxed, "GpuOptions::publish must be 0, 1 or 2 (got ", p.publish,
                "; KOSMOS_PUBLISH overrides it)");

@@ -18,9 +18,6 @@ namespace kosmos::runtime {
 inline constexpr size_t kBodyParamBytes = 28672;
 inline constexpr size_t kSmallBodyParamBytes = 2048;
 
-// KernelParamsHeader::ring_carry's second bit (GpuOptions::claim_recheck, KOSMOS_CLAIM_RECHECK).
-constexpr uint32_t kRingCarryRecheck = 2u;
-
 struct KernelParamsHeader {
   const plan::Task* tasks;      // [num_tasks] in claim order
   const plan::Wait* waits;
@@ -41,8 +38,7 @@ struct KernelParamsHeader {
   uint64_t watchdog_ns;
   uint32_t sys_scope;           // 1: counters/buffers span GPUs, use .sys fences and atomics
   uint32_t claim_ahead;         // ClaimAhead: 0 off, 1 bodies may claim their CTA's next task, 2 every task does (tests)
-  uint32_t ring_carry;          // bit 0: a GEMM tile loads its CTA's next (claimed-ahead, ready) GEMM tile's first k blocks;
-                                // kRingCarryRecheck: its claim helper re-checks a claimed tile's waits until the last load
+  uint32_t ring_carry;          // 1: a GEMM tile loads its CTA's next (claimed-ahead, ready) GEMM tile's first k blocks
   uint32_t publish;             // PublishMode: who releases a finished task's signals, and how
 };
 
