@@ -65,34 +65,35 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
     uint64_t first = UINT64_MAX, last = 0;
   };
   std::map<std::string, Acc> by;
-  std::map<uint32_t, std::vector<const runtime::TraceRecord*>> by_cta;
+  struct Run {  // one record on its CTA's timeline, and its label's accumulator
+    const runtime::TraceRecord* r;
+    Acc* acc;
+  };
+  std::map<uint32_t, std::vector<Run>> by_cta;
   uint64_t t0 = UINT64_MAX, t1 = 0;
   double busy = 0, gap_total = 0;
-  const auto label_of = [&](const runtime::TraceRecord& r) -> Acc& {
-    return by[r.task_id < labels.size() ? labels[r.task_id] : std::string("?")];
-  };
   for (const auto& r : records) {
     if (r.end_ns == 0) continue;
-    Acc& a = label_of(r);
+    Acc& a = by[r.task_id < labels.size() ? labels[r.task_id] : std::string("?")];
     a.us.push_back((r.end_ns - r.start_ns) * 1e-3);
     a.first = std::min(a.first, r.start_ns);
     a.last = std::max(a.last, r.end_ns);
     t0 = std::min(t0, r.start_ns);
     t1 = std::max(t1, r.end_ns);
     busy += (r.end_ns - r.start_ns) * 1e-3;
-    by_cta[r.cta].push_back(&r);
+    by_cta[r.cta].push_back({&r, &a});  // std::map: the accumulator's address stays valid
   }
   if (by.empty()) return "  (no trace records)\n";
   // The gap before a task: from the end of its CTA's previous task to its start -- the claim, the
   // task's waits and the runtime's release of the previous one (a task claimed ahead and ready
   // starts with next to none). A CTA's first task has no gap.
   for (auto& [cta, v] : by_cta) {
-    std::sort(v.begin(), v.end(), [](const auto* x, const auto* y) { return x->start_ns < y->start_ns; });
+    std::sort(v.begin(), v.end(), [](const Run& x, const Run& y) { return x.r->start_ns < y.r->start_ns; });
     for (size_t i = 1; i < v.size(); ++i) {
-      const double g = v[i]->start_ns > v[i - 1]->end_ns ? (v[i]->start_ns - v[i - 1]->end_ns) * 1e-3 : 0.0;
-      Acc& a = label_of(*v[i]);
-      a.gap_us += g;
-      a.gaps += 1;
+      const uint64_t start = v[i].r->start_ns, prev_end = v[i - 1].r->end_ns;
+      const double g = start > prev_end ? (start - prev_end) * 1e-3 : 0.0;
+      v[i].acc->gap_us += g;
+      v[i].acc->gaps += 1;
       gap_total += g;
     }
   }

@@ -1,19 +1,13 @@
 #!/bin/bash
-# The thirty-first session's device calls, on r31d (the final code of the thirtieth -- the claim
-# helper calls claim_next alone, not GPU-run before -- plus the benches' trace gaps, the helper's
-# readiness re-check, off by default: KOSMOS_CLAIM_RECHECK=1, and the dispatch's batched loads) and
-# r31 (the same without the dispatch change). Three calls, back to back on one machine:
-#   run(command="scripts/call31.sh a", carry=["build/variants/r31d"])   the GPU suite, the carry's
-#        tests with the re-check
-#   run(command="scripts/call31.sh b", carry=["build/variants/r31", "build/variants/r31d"])
-#        the A/B of r31, r31d and r31d with the re-check; traces
-#   run(command="scripts/call31.sh ab", carry=[both]): a, then b as far as the time goes (~560 s)
-#   run(command="VF=r31d scripts/call31.sh c", carry=["build/variants/r31d"])   the issue tables and
-#        issue 3's GEMMs with the final variant
-# Ran: `q` (the quick form below) only; both device changes were then removed (docs/perf-notes.md,
-# "Thirty-first session"). For the next build: pack it (e.g. r32), then `V=r32 scripts/call31.sh a`
-# (the suite) and `V=r32 VF=r32 scripts/call31.sh c` (tables, GEMMs); `b` and `q` A/B this session's
-# variants.
+# The thirty-first session's device calls. Ran: `q` (below), on r31 (c285d9b: the thirtieth
+# session's final code, the trace gaps, the readiness re-check switch KOSMOS_CLAIM_RECHECK, off) and
+# r31d (920dd44: r31 with the dispatch's batched loads); both device changes were then removed
+# (docs/perf-notes.md, "Thirty-first session"), so `q` only repeats with those two binaries:
+#   run(command="scripts/call31.sh q", carry=["build/variants/r31", "build/variants/r31d"])
+# For the next build, packed as (e.g.) r32 with `scripts/variants.sh pack r32`:
+#   run(command="V=r32 scripts/call31.sh a", carry=["build/variants/r32"])   the GPU suite, engine, NCCL
+#   run(command="V=r32 scripts/call31.sh c", carry=["build/variants/r32"])   the issue tables, issue
+#        3's grouped and dense GEMMs, then GEMM2's claim groups at the Qwen3 proxy
 . "$(dirname "$0")/device_lib.sh"
 device_start
 V=${V:-r31d}
@@ -42,39 +36,13 @@ if [ "$mode" = q ]; then
   rm -f $OUT/trace/*.svg; tar czf $OUT/trace.tgz -C $OUT trace
   exit 0
 fi
-[ "$mode" = ab ] && { "$0" a; [ $(($(date +%s) - start)) -lt 360 ] || { echo "no time for b $(el)"; exit 0; }; mode=b; }
 case "$mode" in
   a)
     TEST_TIMEOUT=200 scripts/variants.sh tests $V 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
     mv $OUT/results.tgz $OUT/tests-$V.tgz; echo "suite $(el)"
-    echo "done $(el)"
-    ;;
-  b)
-    AB="r31 $V $V@KOSMOS_CLAIM_RECHECK=1"
-    CASES="qf:--model,qwen3-235b,--tokens,4096,--skip-cublas df:--model,deepseek-v3,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations" \
-      ROUNDS=2 scripts/variants.sh ab $AB 2>&1
-    mv $OUT/variants-logs.tgz $OUT/ab-recheck.tgz; echo "ab $(el)"
-    # Where the saved backward's time goes, and the gaps before each label's tasks: carry in every
-    # launch (the default), in GEMM-only launches, and with the re-check.
-    [ $(($(date +%s) - start)) -lt 480 ] || { echo "no time for the traces $(el)"; exit 0; }
-    mkdir -p $OUT/trace
-    for c in c2 c1 rk; do
-      envs=(); [ $c = c1 ] && envs=(KOSMOS_RING_CARRY=1); [ $c = rk ] && envs=(KOSMOS_CLAIM_RECHECK=1)
-      timeout 60 env "${envs[@]}" "$K" bench moe --model qwen3-235b --tokens 4096 --backward --save-activations \
-        --trace-svg $OUT/trace/qb-$c.svg > $OUT/trace/qb-$c.txt 2>&1
-      echo "== backward $c rc=$? $(el)"; sed -n '/trace: span/,$p' $OUT/trace/qb-$c.txt | grep -vE "^\s*$" | head -14 | cut -c1-170
-      python3 scripts/trace_gaps.py $OUT/trace/qb-$c.svg 2>&1 | head -8
-    done
-    # The forward, for comparison (fused 1-2 % slower than its own four launches at T = 4096).
-    timeout 60 "$K" bench moe --model qwen3-235b --tokens 4096 --skip-cublas --trace-svg $OUT/trace/qf.svg > $OUT/trace/qf.txt 2>&1
-    echo "== forward rc=$? $(el)"; sed -n '/trace: span/,$p' $OUT/trace/qf.txt | grep -vE "^\s*$" | head -12 | cut -c1-170
-    python3 scripts/trace_gaps.py $OUT/trace/qf.svg 2>&1 | head -8
-    rm -f $OUT/trace/*.svg
-    tar czf $OUT/trace.tgz -C $OUT trace && rm -rf $OUT/trace
-    echo "done $(el)"
     ;;
   c)
-    # The issue tables with the final variant (VF, default r31), then issue 3's GEMMs.
+    # The issue tables with the variant (VF, default V), then issue 3's GEMMs.
     VF=${VF:-$V}
     moe_final_form $VF 31st
     echo "final form $(el)"
@@ -83,6 +51,11 @@ case "$mode" in
     KOSMOS_COMMIT=$(variant_commit $VF) timeout 90 "$(scripts/variants.sh unpack $VF kosmos)" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-31st.json > $OUT/gemm/dense.txt 2>&1
     echo "bench gemm rc=$? $(el)"; grep -E 'x|geomean|geometric' $OUT/gemm/dense.txt | tail -12
     tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm
+    # GEMM2's claim groups at the Qwen3 proxy (two slots per expert; never timed alone).
+    [ $(($(date +%s) - start)) -lt 500 ] || { echo "no time for the GEMM2 groups $(el)"; exit 0; }
+    mkdir -p $OUT/g2
+    moe_rounds "$(scripts/variants.sh unpack $VF kosmos)" 2 $OUT/g2 "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times g2:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,2 g3:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--gemm2-group,3"
+    tar czf $OUT/g2.tgz -C $OUT g2 && rm -rf $OUT/g2
     echo "done $(el)"
     ;;
 esac
