@@ -11,9 +11,10 @@
 // --dump-groups PATH writes the grouped cases' per-expert row counts (expert_rows()) and their
 // (N, K) shapes as JSON before any GPU work, for bench/torch_baselines.py grouped-gemm --sizes PATH;
 // --dump-only exits after writing it (no GPU needed).
-// --pair-b (experiment, NT dense shapes with 128x256 tiles and an even number of m runs): also times
-// the standalone engine in 2-CTA clusters whose pair shares each B tile (multicast, one load per
-// pair; gemm_tile_pair_b), checks its C equals the plain engine's bit for bit, and prints the ratio.
+// --pair-b (experiment, NT shapes with 128x256 tiles and an even number of m runs; grouped only with
+// --uniform-groups): also times the standalone engine in 2-CTA clusters whose pair shares each B tile
+// (multicast, one load per pair; gemm_tile_pair_b), checks its C equals the plain engine's bit for
+// bit, and prints the ratio.
 // --uniform-groups: the grouped cases with 32 experts of 768 rows each (no skew, no partial block).
 // --claim-order M|N,RUN,GROUP: the grouped kosmos::Gemm plans (separate and merged tiles) claim
 // their tiles in that order instead of the planner's (GemmOptions::claim_order).
@@ -178,8 +179,14 @@ __global__ void __launch_bounds__(384, 1)
   }
 }
 
-bool pair_b_applies(const GemmParams& p, bool nn, int run) {
-  return !nn && p.tile_shape == GemmTileShape::k128x256 && p.num_groups == 0 && p.num_m_tiles % (2 * run) == 0;
+// Grouped problems pair only when every group's rows are whole pairs of runs (--uniform-groups:
+// 768 rows = three pairs of one-slot runs), so both CTAs of a pair always read the same group's B.
+bool pair_b_applies(const GemmParams& p, bool nn, int run, const std::vector<int>& group_rows = {}) {
+  if (nn || p.tile_shape != GemmTileShape::k128x256 || p.num_m_tiles % (2 * run) != 0) return false;
+  if (p.num_groups == 0) return true;
+  for (int m : group_rows)
+    if (m % (2 * run * 128) != 0) return false;
+  return !group_rows.empty();
 }
 
 void launch_pair_b(const GemmParams& p, int sms, int run, int group_m_runs) {
@@ -681,12 +688,30 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   }
   const std::vector<std::unique_ptr<kosmos::Gemm>> dense = plan_each_set(dense_args, {}, "dense");
   // All five alternate repetition by repetition (time_medians).
-  const std::vector<float> t = time_medians(
-      o.reps, sets,
-      {[&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); }, cublas_grouped,
-       [&](int s) { cublas_gemm(cub, o.nn, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); },
-       [&](int s) { (void)plans[s]->run(); }, [&](int s) { (void)dense[s]->run(); },
-       [&](int s) { (void)merged[s]->run(); }});
+  std::vector<std::function<void(int)>> launchers = {
+      [&](int s) { CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[s], sms, run, o.raster)); }, cublas_grouped,
+      [&](int s) { cublas_gemm(cub, o.nn, total, int(N), int(K), A[s]->p, B[s]->p, C[s]->p); },
+      [&](int s) { (void)plans[s]->run(); }, [&](int s) { (void)dense[s]->run(); },
+      [&](int s) { (void)merged[s]->run(); }};
+  // --pair-b with equal groups: the standalone engine in 2-CTA clusters sharing each B k block,
+  // against the plain standalone engine (same static order) -- is the grouped tile bound by the L2's
+  // throughput, which the multicast relieves by a third?
+  const bool pair = o.pair_b && pair_b_applies(P[0], o.nn, run, gm);
+  if (pair) {
+    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
+    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, run, o.raster));
+    std::vector<uint16_t> plain(c_el), paired(c_el);
+    CK(cudaMemcpy(plain.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
+    launch_pair_b(P[0], sms, run, o.raster);
+    CK(cudaMemcpy(paired.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
+    r.pair_equal = plain == paired;
+    launchers.push_back([&](int s) { launch_pair_b(P[s], sms, run, o.raster); });
+  } else if (o.pair_b) {
+    std::fprintf(stderr, "[gemm_engine_bench] --pair-b: %s skipped (needs --layout nt, 128x256 tiles and --uniform-groups)\n", name);
+  }
+  const std::vector<float> t = time_medians(o.reps, sets, launchers);
+  if (pair) r.pair_ms = t[6];
   r.ours_ms = t[0];
   r.ref_ms = t[1];
   r.ref2_ms = t[2];

@@ -44,11 +44,11 @@ case "$mode" in
   c)
     # The issue tables with the variant (VF, default V), then issue 3's GEMMs.
     VF=${VF:-$V}
-    moe_final_form $VF 31st
+    moe_final_form $VF ${TAG:-31st}
     echo "final form $(el)"
-    grouped_carry_table $VF 31st
+    grouped_carry_table $VF ${TAG:-31st}
     [ $(($(date +%s) - start)) -lt 480 ] || { echo "no time for bench gemm $(el)"; tar czf $OUT/gemm.tgz -C $OUT gemm; exit 0; }
-    KOSMOS_COMMIT=$(variant_commit $VF) timeout 90 "$(scripts/variants.sh unpack $VF kosmos)" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-31st.json > $OUT/gemm/dense.txt 2>&1
+    KOSMOS_COMMIT=$(variant_commit $VF) timeout 90 "$(scripts/variants.sh unpack $VF kosmos)" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-${TAG:-31st}.json > $OUT/gemm/dense.txt 2>&1
     echo "bench gemm rc=$? $(el)"; grep -E 'x|geomean|geometric' $OUT/gemm/dense.txt | tail -12
     tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm
     # GEMM2's claim groups at the Qwen3 proxy (two slots per expert; never timed alone).
