@@ -44,12 +44,13 @@ echo "== backward (saving forward, fused backward, unfused launches) rc=$? $(el)
 # Dense problems of the same rows: GEMM1 (32768 x 3072 x 4096), GEMM2 (32768 x 4096 x 1536); ours
 # (the runtime's persistent kernel) and cuBLAS's, one rep each after warm-up.
 for s in 32768x3072x4096 32768x4096x1536; do
+  [ $(($(date +%s) - start)) -lt 200 ] || { echo "no time for dense $s $(el)"; continue; }
   timeout 90 ncu --clock-control none -k regex:"persistent_kernel|nvjet|sm90" --launch-skip 4 -c 2 --metrics $M "$K" bench gemm \
     --shapes $s --reps 5 > $OUT/ncu/dense-$s.txt 2>&1
   echo "== dense $s rc=$? $(el)"; summary $OUT/ncu/dense-$s.txt
 done
 # Cross-partition L2 traffic (H100 / H200 L2s are two partitions) of the forward's launches.
-timeout 120 ncu --clock-control none -k regex:persistent_kernel -c 8 --metrics gpu__time_duration.sum,lts__t_sectors_srcunit_ltcfabric.sum,lts__t_sectors.sum \
+[ $(($(date +%s) - start)) -lt 250 ] && timeout 120 ncu --clock-control none -k regex:persistent_kernel -c 8 --metrics gpu__time_duration.sum,lts__t_sectors_srcunit_ltcfabric.sum,lts__t_sectors.sum \
   "$K" bench moe --model qwen3-235b --tokens 4096 --skip-cublas --reps 3 > $OUT/ncu/fwd-fabric.txt 2>&1
 echo "== forward, L2 fabric rc=$? $(el)"; grep -E "gpu__time|ltcfabric|lts__t_sectors.sum" $OUT/ncu/fwd-fabric.txt | awk '{print $1, $NF}' | paste - - - | head -10
 if [ $(($(date +%s) - start)) -lt 300 ]; then

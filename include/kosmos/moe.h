@@ -95,6 +95,12 @@ struct MoeConfig {
   // runs read each weight column block together), 1..1024; 0: chosen by the raster planner.
   int gemm1_group = 0;
   int gemm2_group = 0;
+  // Forward, GEMM1 in runs of one slot claimed one by one (the W = 1 order above the decode regime):
+  // 1 claims its tiles expert-major -- an expert's slots at one n block back to back, so they read
+  // that weight column block together -- by remapping each task's (slot, n block) at run time
+  // (kernels::gemm::kGemmExpertMajor); GEMM2 then waits for all of GEMM1 instead of its slot runs.
+  // 0: slot-major (each slot's n blocks in turn). Ignored where GEMM1 runs are longer or grouped.
+  int gemm1_expert_major = 0;
   // Forward: GEMM2 output tiles per task along N (one slot, n tiles nb .. nb + n - 1: the tile pipeline
   // loads the next tile's k blocks under the epilogue, and the task restart is paid once), 1..16;
   // only with one-slot GEMM2 runs (ignored otherwise). 0: chosen (1).

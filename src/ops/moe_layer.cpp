@@ -430,6 +430,13 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const uint32_t num_runs = runs.size();
   const uint32_t c_g1run = c_next;
   c_next += num_runs;
+  // Expert-major GEMM1 (MoeConfig::gemm1_expert_major): a task's tile is known only at run time, so
+  // GEMM1 signals one join counter and GEMM2 waits for all of it (its slot runs' counters would count
+  // the wrong tiles). Only for one-slot runs claimed one by one, whose claim order it permutes.
+  const bool expert_major = cfg.gemm1_expert_major != 0 && run == 1 && r1.group == 1 && !decode;
+  const uint32_t c_g1all = expert_major ? c_next++ : 0u;
+  if (expert_major)
+    for (uint32_t d = 0; d < W; ++d) problems[2 * d].desc.expert_major = true;
 
   // ---- tasks ----------------------------------------------------------------------------------
   std::vector<TaskRec> tasks;
@@ -448,7 +455,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm1);
     t.waits.push_back({c_layout, 1});  // the tile maps slots through group_m at its start
     t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
-    t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
+    t.signals.push_back({expert_major ? c_g1all : c_g1run + ri, uint16_t(d), 1});
   };
   // GEMM2 has its own run length (its n tiles differ from GEMM1's: with GEMM1's runs, Qwen3 T = 128
   // cut GEMM2 into 176 tasks, 1.33 waves on 132 SMs, and the second wave ran on a third of them).
@@ -466,8 +473,12 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     }
     const uint32_t m0 = a.tile_m, m_count = n2 > 1 ? 1u : a.count;
     TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kPhaseGemm2);
-    for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + m_count - 1); ++ri)
-      t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+    if (expert_major) {
+      t.waits.push_back({c_g1all, plan::kWaitAll});
+    } else {
+      for (uint32_t ri = runs.of_slot(m0); ri <= runs.of_slot(m0 + m_count - 1); ++ri)
+        t.waits.push_back({c_g1run + ri, plan::kWaitAll});
+    }
     for (uint32_t s = 0; s < W; ++s) t.signals.push_back({c_g2done, uint16_t(s), 1});
   };
   // One step of either GEMM: per rank, n-major over the step's runs (SlotSteps).
@@ -531,7 +542,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
      << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << cut.experts_per_task << " experts x 1/" << cut.slices << " of the rows each], "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "; from slot " << runs.head_end
      << " runs of " << runs.tail << " / " << runs2.tail << "); claimed in groups of " << r1.group << " / " << r2.group
-     << " runs; GEMM2 lag " << lag << " steps, GEMM2 " << n2 << " n tiles per task; raster " << r1.describe << " / " << r2.describe << "; n tiles "
+     << " runs" << (expert_major ? " (GEMM1 expert-major)" : "") << "; GEMM2 lag " << lag << " steps, GEMM2 " << n2 << " n tiles per task; raster " << r1.describe << " / " << r2.describe << "; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles
      << ((p1.layout & kernels::gemm::kGemmMergeTails) ? "; tails of <= 32 rows merged" : "") << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;

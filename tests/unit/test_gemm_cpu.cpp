@@ -464,3 +464,78 @@ TEST(GemmCpu, MergedTailsSlotsResultAndErrors) {
   x.num_groups = 0;
   EXPECT_NE(make_gemm_params(x, &p).message().find("merge_tails needs a problem grouped over M"), std::string::npos);
 }
+
+// kGemmExpertMajor (gemm_params.h): a task's (slot, n block) is a claim position; the map sends the
+// positions 0 .. tiles - 1 onto the real tiles exactly once, group-major and n-major inside a group
+// (a group's slots at one n block consecutive); host tiles planned over every position write the
+// same C, bit for bit, as the slot-major tiles, with and without merged tails; a dense problem is
+// refused.
+TEST(GemmCpu, ExpertMajorMapIsAPermutationAndKeepsC) {
+  using namespace kosmos::kernels::gemm;
+  const std::vector<int> blocks = {2, 0, 3, 1, 0, 2};
+  const int nt = 3;
+  int total = 0;
+  for (int c : blocks) total += c;
+  std::vector<int> seen(size_t(total) * nt, 0);
+  int prev_g = -1, prev_n = -1, prev_b = -1, first = 0;
+  for (int64_t L = 0; L < int64_t(total) * nt; ++L) {
+    int g = -1, b = -1, n = -1;
+    ASSERT_TRUE(gemm_expert_major_tile([&](int i) { return blocks[size_t(i)]; }, int(blocks.size()), L, nt, &g, &b, &n)) << L;
+    ASSERT_TRUE(g >= 0 && g < int(blocks.size()) && b >= 0 && b < blocks[size_t(g)] && n >= 0 && n < nt) << L;
+    if (g != prev_g) {
+      EXPECT_GT(g, prev_g) << L;  // group-major
+      first = 0;
+      for (int i = 0; i < g; ++i) first += blocks[size_t(i)];
+    } else {
+      EXPECT_TRUE(n > prev_n || (n == prev_n && b == prev_b + 1)) << L;  // n-major, slots consecutive
+    }
+    ++seen[size_t(first + b) * nt + size_t(n)];
+    prev_g = g, prev_n = n, prev_b = b;
+  }
+  for (int v : seen) EXPECT_EQ(v, 1);
+  int g = 0, b = 0, n = 0;
+  EXPECT_FALSE(gemm_expert_major_tile([&](int i) { return blocks[size_t(i)]; }, int(blocks.size()), int64_t(total) * nt, nt, &g, &b, &n));
+
+  std::vector<int> gm = {129, 160, 0, 300, 7, 256}, off(gm.size());
+  const int G = int(gm.size());
+  int64_t rows = 0;
+  for (int i = 0; i < G; ++i) off[size_t(i)] = int(rows), rows += gm[size_t(i)];
+  const int64_t N = 640, K = 72;  // three n blocks of 256, the last partial
+  auto a = random_bf16(size_t(rows + 1) * K, 21), bw = random_bf16(size_t(G) * K * N, 22);
+  GemmDesc d;
+  d.a = a.data();
+  d.lda = K;
+  d.b = bw.data();
+  d.ldb = N;
+  d.ldc = N;
+  d.m = rows;
+  d.n = N;
+  d.k = K;
+  d.num_groups = G;
+  d.group_m = gm.data();
+  d.group_offset = off.data();
+  d.encode_tma = false;
+  d.tile_shape = GemmTileShape::k128x256;
+  for (int merge = 0; merge < 2; ++merge) {
+    std::vector<uint16_t> c[2];
+    for (int em = 0; em < 2; ++em) {
+      c[em].assign(size_t(rows + 1) * N, 0x7FC1);
+      d.c = c[em].data();
+      d.merge_tails = merge != 0;
+      d.expert_major = em != 0;
+      GemmParams p;
+      ASSERT_TRUE(make_gemm_params(d, &p).is_ok());
+      EXPECT_EQ((p.layout & kGemmExpertMajor) != 0, em != 0);
+      for (int slot = 0; slot < p.num_m_tiles; ++slot)
+        for (int nb = 0; nb < p.num_n_tiles; ++nb) gemm_tile_host(d, p, GemmTileArgs{0, uint32_t(slot), uint32_t(nb), 1, 0, {}});
+    }
+    EXPECT_TRUE(c[0] == c[1]) << "expert-major C differs, merge " << merge;
+    for (int64_t j = 0; j < N; ++j) ASSERT_NE(c[1][size_t(rows - 1) * N + size_t(j)], 0x7FC1) << "last row not written";
+    for (int64_t j = 0; j < N; ++j) ASSERT_EQ(c[1][size_t(rows) * N + size_t(j)], 0x7FC1) << "row past the groups written";
+  }
+  GemmParams p;
+  GemmDesc x = d;
+  x.num_groups = 0;
+  x.merge_tails = false;
+  EXPECT_NE(make_gemm_params(x, &p).message().find("expert_major needs a problem grouped over M"), std::string::npos);
+}

@@ -13,6 +13,7 @@ using namespace kosmos::test;
 namespace {
 struct ClaimOrder {
   int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 0, gemm1_group = 0, gemm2_group = 0;
+  int gemm1_expert_major = 0;
 };
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0, ClaimOrder order = {}) {
@@ -27,9 +28,12 @@ void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, in
   c.route_chunks = order.route_chunks;
   c.gemm1_group = order.gemm1_group;
   c.gemm2_group = order.gemm2_group;
+  c.gemm1_expert_major = order.gemm1_expert_major;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
+  // A knob that did not reach the plan would test nothing new.
+  if (order.gemm1_expert_major) ASSERT_NE(L->describe().find("GEMM1 expert-major"), std::string::npos) << L->describe();
   MoeHost h{c};
   fill_moe(*L, h, 1000 + 17 * W + T + E + k, routing);
   for (int rep = 0; rep < 2; ++rep) {  // twice: epochs advance without a reset
@@ -89,6 +93,13 @@ TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
     run_moe(2, 150, 8, 4, Routing::kSkewed, 640, 32, 0, 0, 0, {0, 1, 0, n_run});
     run_moe(1, 37, 8, 8, Routing::kSkewedWithDrops, 640, 48, 0, 0, 0, {1, 1, 1, n_run});
   }
+  // GEMM1 expert-major (one-slot runs claimed one by one): each task's tile is remapped at run time
+  // (an expert's slots at one n block back to back), GEMM2 waits for all of GEMM1. Three GEMM1 n
+  // blocks (I = 320: 640 gate / up columns), ~150 rows per expert (two slots, the second short:
+  // merged where both GEMMs run 128 x 256 tiles), empty experts and dropped slots, two ranks.
+  for (int W : {1, 2})
+    for (Routing r : {Routing::kUniform, Routing::kSkewed, Routing::kSkewedWithDrops})
+      run_moe(W, 300, 4, 2, r, 640, 320, 0, 0, 0, {1, 0, 0, 0, 0, 1, 0, 1});
 }
 
 TEST(MoeCpuShapes, RouteChunksLeaveTheResultUnchanged) {

@@ -218,6 +218,11 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
     static const bool merge_disabled = env_off("KOSMOS_GEMM_MERGE_TAILS");
     if (!merge_disabled) p.layout |= kGemmMergeTails;
   }
+  if (d.expert_major) {
+    KOSMOS_CHECK(d.num_groups > 0 && !d.grouped_k, "GEMM expert_major needs a problem grouped over M (num_groups = ",
+                 d.num_groups, ", grouped_k = ", d.grouped_k, ")");
+    p.layout |= kGemmExpertMajor;
+  }
   p.tile_shape = shape;
   p.num_m_tiles = static_cast<int32_t>(d.grouped_k ? d.num_groups * ceil_div(d.m, kGemmBlockM)
                                                    : ceil_div(d.m, kGemmBlockM) + d.num_groups);
@@ -310,11 +315,26 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
   for (uint32_t i = 0; i < std::max(1u, args.count); ++i) {
     const bool along_n = (args.flags & kGemmRunAlongN) != 0;
     const int slot = int(args.tile_m + (along_n ? 0 : i));
-    int a_row0 = 0, rows = 0, group = 0;
+    int a_row0 = 0, rows = 0, group = 0, n_mapped = -1;
     if (p.num_groups == 0) {
       if (slot >= p.num_m_tiles) break;
       a_row0 = slot * bm;
       rows = std::min(bm, p.m - a_row0);
+    } else if (p.layout & kGemmExpertMajor) {  // (slot, n) is a claim position: see kGemmExpertMajor
+      const bool merge = (p.layout & kGemmMergeTails) != 0;
+      auto blocks_of = [&](int g) {
+        int tail = 0;
+        return gemm_group_blocks(d.group_m[g], merge, &tail);
+      };
+      int b = 0, n = 0;
+      if (along_n || !gemm_expert_major_tile(blocks_of, p.num_groups, int64_t(slot) * p.num_n_tiles + args.tile_n,
+                                             p.num_n_tiles, &group, &b, &n))
+        break;
+      int tail = 0;
+      const int blocks = gemm_group_blocks(d.group_m[group], merge, &tail);
+      a_row0 = d.group_offset[group] + b * bm;
+      rows = std::min(bm, d.group_m[group] - b * bm) + (b == blocks - 1 ? tail : 0);
+      n_mapped = n;
     } else {
       int s = slot;
       bool found = false;
@@ -332,7 +352,7 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
       }
       if (!found) break;
     }
-    const int n0 = int(args.tile_n + (along_n ? i : 0)) * bn;
+    const int n0 = (n_mapped >= 0 ? n_mapped : int(args.tile_n + (along_n ? i : 0))) * bn;
     if (n0 >= p.n) break;
     const int cols = std::min(bn, p.n - n0);
     std::fill(acc.begin(), acc.end(), 0.0f);

@@ -61,6 +61,10 @@ struct GemmDesc {
   // gemm_params.h). Changes which rows each slot covers: GEMMs whose slots must cover the same rows
   // (the MoE's GEMM1 and GEMM2) set it alike. KOSMOS_GEMM_MERGE_TAILS=0 in the environment turns it off.
   bool merge_tails = false;
+  // Grouped over M, planned in runs of one tile: claim position -> tile in group-major, n-major order
+  // (kGemmExpertMajor, gemm_params.h). The tiles a task computes are then known only at run time, so
+  // whatever waits for them must wait for the whole problem.
+  bool expert_major = false;
 };
 
 // Validates `desc` (every failure names the argument, its value and what was expected) and fills

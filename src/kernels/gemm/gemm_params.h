@@ -75,6 +75,11 @@ enum GemmLayoutFlags : uint32_t {
   // rows (gemm_group_blocks; the tail's product runs as Bᵀ · Aᵀ on the B tile already in shared
   // memory). The slot that block had is not used: the group takes one slot less.
   kGemmMergeTails = 1u << 4,
+  // Grouped over M, runs of one tile: the task's (slot, n block) is a position in the claim order,
+  // not the tile. Tile index L = slot * num_n_tiles + n maps at run time to the group-major,
+  // n-major order of the real tiles (gemm_expert_major_tile): the slots of one group at one n block
+  // are consecutive claims, so they read that group's B column block together from the L2.
+  kGemmExpertMajor = 1u << 5,
 };
 
 // Tile shapes the engine is compiled for. BM = 128 and BK = 64 always; two consumer warpgroups
@@ -106,6 +111,28 @@ KOSMOS_HOST_DEVICE inline int gemm_group_blocks(int mg, bool merge, int* tail) {
   const bool merged = merge && blocks >= 2 && last <= kGemmTailRows;
   *tail = merged ? last : 0;
   return merged ? blocks - 1 : blocks;
+}
+// kGemmExpertMajor's map, one thread (the host tile and tests; the device does the same search
+// warp-wide in map_group_slot): tile index L of the claim order -> the group g whose tiles
+// [P_g * nt, P_{g+1} * nt) hold it (P: the prefix of the groups' slots, `blocks(g)`), then n block
+// and m block of g: n = (L - P_g nt) / slots_g, block = (L - P_g nt) % slots_g. False past the last tile.
+template <class Blocks>
+KOSMOS_HOST_DEVICE inline bool gemm_expert_major_tile(Blocks blocks, int num_groups, int64_t L, int nt, int* group,
+                                                      int* block, int* n) {
+  int64_t first = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    const int c = blocks(g);
+    const int64_t end = first + int64_t(c) * nt;
+    if (L < end) {
+      const int64_t local = L - first;
+      *group = g;
+      *n = int(local / c);
+      *block = int(local % c);
+      return true;
+    }
+    first = end;
+  }
+  return false;
 }
 inline constexpr int gemm_block_n(GemmTileShape s) {
   return s == GemmTileShape::k128x128 ? 128 : s == GemmTileShape::k128x64 ? 64 : 256;

@@ -214,8 +214,11 @@ struct TileCoord {
 // Grouped: slot -> (group, m block) by a warp-wide prefix sum over the groups' slots
 // (gemm_group_blocks: ceil(group_m[g] / BM), one less with a merged tail), 8 groups per lane
 // (G <= 256). Must be called by all 32 lanes of a warp.
+// kExpertMajor (kGemmExpertMajor): `slot` is a tile index L of the claim order and the search runs
+// over the groups' tiles (slots x nt); the n block comes back in n (gemm_expert_major_tile).
+template <bool kExpertMajor = false>
 __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, int lane_idx, int& group,
-                                               int& block) {
+                                               int& block, int* n = nullptr, int nt = 1) {
   constexpr int kBM = kGemmBlockM;
   // Laundered: otherwise lane * 8 + j (and their sign extensions) are hoisted out of the tile loop
   // and, in the producer's registers (40 until the fifth session), spilled and reloaded from local
@@ -230,6 +233,7 @@ __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, in
     const int mg = g < p.num_groups ? __ldcg(p.group_m + g) : 0;
     int tail;
     cnt[j] = gemm_group_blocks(mg, merge, &tail);
+    if constexpr (kExpertMajor) cnt[j] *= nt;  // the group's tiles
     local += cnt[j];
   }
   int incl = local;
@@ -242,7 +246,7 @@ __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, in
   const bool mine = slot >= excl && slot < incl;
   const unsigned ballot = __ballot_sync(0xffffffffu, mine);
   if (ballot == 0) return false;
-  int g = 0, b = 0;
+  int g = 0, b = 0, c = 1;
   if (mine) {
     int s = slot - excl;
     bool found = false;
@@ -252,6 +256,7 @@ __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, in
         if (s < cnt[j]) {
           g = lane_idx * 8 + j;
           b = s;
+          c = cnt[j];
           found = true;
         } else {
           s -= cnt[j];
@@ -261,7 +266,13 @@ __device__ __forceinline__ bool map_group_slot(const GemmParams& p, int slot, in
   }
   const int src = __ffs(ballot) - 1;
   group = __shfl_sync(0xffffffffu, g, src);
-  block = __shfl_sync(0xffffffffu, b, src);
+  if constexpr (kExpertMajor) {  // b: the tile within the group's slots x nt; c: slots x nt
+    const int local = __shfl_sync(0xffffffffu, b, src), slots = __shfl_sync(0xffffffffu, c, src) / nt;
+    *n = local / slots;
+    block = local % slots;
+  } else {
+    block = __shfl_sync(0xffffffffu, b, src);
+  }
   return true;
 }
 
@@ -301,7 +312,14 @@ __device__ __forceinline__ TileCoord resolve_tile(const GemmParams& p, const Gem
     t.wait_m = slot;
   } else {
     int g = 0, b = 0;
-    t.valid = map_group_slot(p, slot, lane_idx, g, b);
+    if (p.layout & kGemmExpertMajor) {  // (slot, n block) is a claim position, see kGemmExpertMajor
+      int n = 0;
+      t.valid = map_group_slot<true>(p, slot * p.num_n_tiles + static_cast<int>(a.tile_n), lane_idx, g, b, &n,
+                                     p.num_n_tiles);
+      t.n0 = n * kBN;
+    } else {
+      t.valid = map_group_slot(p, slot, lane_idx, g, b);
+    }
     if (t.valid) {
       const int off = __ldcg(p.group_offset + g);
       const int mg = __ldcg(p.group_m + g);
