@@ -20,7 +20,7 @@ wait
 cat $OUT/t/*.txt | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure" | sort | uniq -c | head; echo "tests $(el)"
 # Same binary, alternated: the default order against expert-major (Qwen3: the planner's one-slot runs
 # one by one already; DeepSeek-V3: its claim groups of one expert's slots against expert-major).
-moe_rounds "$K" 2 $OUT/ab "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--reps,10 qe:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--reps,10,--gemm1-expert-major,1 d:--model,deepseek-v3,--tokens,4096,--skip-cublas d1:--model,deepseek-v3,--tokens,4096,--skip-cublas,--gemm1-run,1,--gemm1-group,1 de:--model,deepseek-v3,--tokens,4096,--skip-cublas,--gemm1-run,1,--gemm1-group,1,--gemm1-expert-major,1"
+moe_rounds "$K" 2 $OUT/ab "q:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--reps,10 qe:--model,qwen3-235b,--tokens,4096,--skip-cublas,--phase-times,--reps,10,--gemm1-expert-major,1 d:--model,deepseek-v3,--tokens,4096,--skip-cublas de:--model,deepseek-v3,--tokens,4096,--skip-cublas,--gemm1-run,1,--gemm1-group,1,--gemm1-expert-major,1"
 grep -h "each launch alone" $OUT/ab/fwd-q*-*.txt | cut -c1-200
 grep -h "expert-major\|moe_forward" $OUT/ab/fwd-qe-1.txt | cut -c1-400 | head -2
 [ $(($(date +%s) - start)) -lt 200 ] && {
