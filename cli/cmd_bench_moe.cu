@@ -57,7 +57,7 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing, transport = "local";
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0, gemm1_group = 0, gemm2_group = 0, gemm1_expert_major = 0, bwd_group = 0,
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0, gemm1_group = 0, gemm2_group = 0, gemm1_expert_major = 1, bwd_group = 0,
         gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
@@ -95,7 +95,7 @@ void add_bench_moe(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--gemm1-run", o->gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen with the claim groups; set: one run per claim group unless --gemm1-group)")->check(CLI::Range(0, 16));
   cmd->add_option("--gemm1-expert-major", o->gemm1_expert_major,
-                  "Forward: 1 claims GEMM1's one-slot runs expert-major (an expert's slots at one n block back to back; MoeConfig::gemm1_expert_major)")
+                  "Forward: 1 (default) claims GEMM1's one-slot runs expert-major (an expert's slots at one n block back to back; MoeConfig::gemm1_expert_major); 0: slot-major")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--gemm1-group", o->gemm1_group,
                   "Forward: GEMM1 slot runs per claim group (claimed n-major, so they read each weight block together; 0: chosen)")

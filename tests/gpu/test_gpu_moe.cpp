@@ -20,12 +20,12 @@ namespace {
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
              int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 0,
              std::vector<std::vector<uint16_t>>* y_out = nullptr, bool merge_tails = true, int max_ctas = 0,
-             const char* expect_in_plan = nullptr, bool gemm1_expert_major = false) {
+             const char* expect_in_plan = nullptr, int gemm1_expert_major = -1) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
-  if (gemm1_expert_major) {  // one-slot GEMM1 runs claimed one by one, remapped expert-major
+  if (gemm1_expert_major >= 0) {  // one-slot GEMM1 runs claimed one by one, remapped expert-major (1) or not
     c.gemm1_run = 1;
     c.gemm1_group = 1;
-    c.gemm1_expert_major = 1;
+    c.gemm1_expert_major = gemm1_expert_major;
   }
   c.combine_tokens_per_task = combine_tpt;
   c.route_chunks = route_chunks;
@@ -322,7 +322,7 @@ TEST(GpuMoeExpertMajor, SameOutputsAsSlotMajor) {
     for (int em = 0; em < 2; ++em) {
       SCOPED_TRACE("W=" + std::to_string(W) + " expert_major=" + std::to_string(em));
       run_moe(W, 579, 1024, 384, 8, 2, Routing::kTails, 0, 0, 0, 0, &y[em], true, W == 1 ? 18 : 23,
-              em ? "GEMM1 expert-major" : nullptr, em != 0);
+              em ? "GEMM1 expert-major" : nullptr, em);
     }
     EXPECT_TRUE(y[0] == y[1]) << "W=" << W << ": expert-major y differs from slot-major";
   }

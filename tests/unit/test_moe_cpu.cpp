@@ -13,7 +13,7 @@ using namespace kosmos::test;
 namespace {
 struct ClaimOrder {
   int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 0, gemm1_group = 0, gemm2_group = 0;
-  int gemm1_expert_major = 0;
+  int gemm1_expert_major = -1;  // -1: MoeConfig's default
 };
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0, ClaimOrder order = {}) {
@@ -28,12 +28,12 @@ void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, in
   c.route_chunks = order.route_chunks;
   c.gemm1_group = order.gemm1_group;
   c.gemm2_group = order.gemm2_group;
-  c.gemm1_expert_major = order.gemm1_expert_major;
+  if (order.gemm1_expert_major >= 0) c.gemm1_expert_major = order.gemm1_expert_major;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   // A knob that did not reach the plan would test nothing new.
-  if (order.gemm1_expert_major) ASSERT_NE(L->describe().find("GEMM1 expert-major"), std::string::npos) << L->describe();
+  if (order.gemm1_expert_major == 1) ASSERT_NE(L->describe().find("GEMM1 expert-major"), std::string::npos) << L->describe();
   MoeHost h{c};
   fill_moe(*L, h, 1000 + 17 * W + T + E + k, routing);
   for (int rep = 0; rep < 2; ++rep) {  // twice: epochs advance without a reset
@@ -99,7 +99,7 @@ TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
   // merged where both GEMMs run 128 x 256 tiles), empty experts and dropped slots, two ranks.
   for (int W : {1, 2})
     for (Routing r : {Routing::kUniform, Routing::kSkewed, Routing::kSkewedWithDrops})
-      run_moe(W, 300, 4, 2, r, 640, 320, 0, 0, 0, {1, 0, 0, 0, 0, 1, 0, 1});
+      for (int em : {0, 1}) run_moe(W, 300, 4, 2, r, 640, 320, 0, 0, 0, {1, 0, 0, 0, 0, 1, 0, em});
 }
 
 TEST(MoeCpuShapes, RouteChunksLeaveTheResultUnchanged) {
@@ -144,6 +144,10 @@ TEST(MoeCpuShapes, Gemm2RunsAlongNArePlanned) {
   const Status s = MoeLayer::plan(c, &L);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.to_string().find("gemm2_n_run = 17"), std::string::npos) << s.to_string();
+  c.gemm2_n_run = 0;
+  c.gemm1_expert_major = 2;
+  const Status s2 = MoeLayer::plan(c, &L);
+  EXPECT_NE(s2.to_string().find("gemm1_expert_major = 2"), std::string::npos) << s2.to_string();
 }
 
 TEST(MoeCpu, PhaseByPhaseIsTheUnfusedComposition) {
