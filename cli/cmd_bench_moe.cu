@@ -57,7 +57,7 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing, transport = "local";
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0, gemm1_group = 0, gemm2_group = 0, gemm1_expert_major = 1, bwd_group = 0,
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0, gemm1_group = 0, gemm2_group = 0, gemm1_expert_major = 1, bwd_expert_major = 0, bwd_group = 0,
         gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
@@ -101,6 +101,9 @@ void add_bench_moe(CLI::App& bench) {
                   "Forward: GEMM1 slot runs per claim group (claimed n-major, so they read each weight block together; 0: chosen)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--gemm2-group", o->gemm2_group, "Forward: the same for GEMM2 (0: chosen)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--bwd-expert-major", o->bwd_expert_major,
+                  "Backward: 1 claims dX's one-slot runs expert-major (MoeConfig::backward_expert_major; default 0)")
+      ->check(CLI::Range(0, 1));
   cmd->add_option("--bwd-group", o->bwd_group, "Backward: slot runs per claim group of H1 / dA' / dX (0: chosen)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--gemm2-run", o->gemm2_run, "Forward: worst-case slots per GEMM2 task (0: chosen)")->check(CLI::Range(0, 16));
@@ -156,6 +159,7 @@ void add_bench_moe(CLI::App& bench) {
     cfg.gemm1_expert_major = o->gemm1_expert_major;
     cfg.gemm2_group = o->gemm2_group;
     cfg.backward_group = o->bwd_group;
+    cfg.backward_expert_major = o->bwd_expert_major;
     cfg.gemm2_n_run = o->gemm2_n_run;
     cfg.backward_run = o->bwd_run;
     cfg.backward_dx_lag = o->dx_lag;

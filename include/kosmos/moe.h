@@ -110,6 +110,10 @@ struct MoeConfig {
   int gemm2_n_run = 0;
   int backward_run = 0; // backward: the same for the H1 / dA' / dX slot runs
   int backward_group = 0;  // backward: slot runs per claim group of H1 / dA' / dX (0: chosen)
+  // Backward: 1 claims dX's tiles expert-major where its runs are one slot claimed one by one (as
+  // gemm1_expert_major does for the forward's GEMM1; dX re-reads gate_up the same way); dX then waits
+  // for every swiglu_backward of its rank instead of its run's. 0 (default until measured): slot-major.
+  int backward_expert_major = 0;
   // Backward claim order: dX tiles of a step are queued this many steps after its
   // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).
   int backward_dx_lag = 0;

@@ -153,6 +153,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   const uint32_t c_ew = c_next;
   c_next += num_runs;
   dp.num_counters = c_next;
+  // Expert-major dX (MoeConfig::backward_expert_major; kGemmExpertMajor, docs/design/gemm.md): a dX
+  // task's tile is then known only at run time, somewhere in its expert's slots, so it waits for every
+  // swiglu_backward of its rank (ew_all) rather than its run's. Only for one-slot runs claimed one by
+  // one, whose claim order it permutes; its consumers (combine) wait for all of dX already.
+  const bool dx_expert_major = cfg.backward_expert_major != 0 && run == 1 && raster.group == 1 && !decode;
+  if (dx_expert_major)
+    for (uint32_t d = 0; d < W; ++d) dp.problems[kNumProblems * d + kDX].desc.expert_major = true;
 
   // ---- tasks ----------------------------------------------------------------------------------
   auto moe_args = [&](uint32_t a, uint32_t b, uint32_t c) {
@@ -195,7 +202,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
       const GemmTileArgs a = steps.tile_args(kNumProblems * d + kDX, ri, nb);
       TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm2);
       wait_layout(t);
-      t.waits.push_back({c_ew + ri, plan::kWaitAll});
+      t.waits.push_back({dx_expert_major ? c_ew_all : c_ew + ri, plan::kWaitAll});
       for (uint32_t r = 0; r < W; ++r) t.signals.push_back({c_dx_done, uint16_t(r), 1});
     });
   };
@@ -266,7 +273,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
      << (saved ? std::string("0 (saved by the forward)") : std::to_string(pp[kH1].num_n_tiles)) << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "
-     << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later], "
+     << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later" << (dx_expert_major ? ", dX expert-major" : "") << "], "
      << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt << " tokens each]), " << dp.num_counters
      << " counters/rank";
   dp.summary = os.str();

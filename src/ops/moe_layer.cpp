@@ -171,6 +171,8 @@ Status validate(const MoeConfig& c) {
                c.backward_group, ", expected 0 (chosen) or 1..1024");
   KOSMOS_CHECK(c.gemm1_expert_major == 0 || c.gemm1_expert_major == 1, "MoE gemm1_expert_major = ", c.gemm1_expert_major,
                ", expected 0 (slot-major) or 1 (expert-major)");
+  KOSMOS_CHECK(c.backward_expert_major == 0 || c.backward_expert_major == 1, "MoE backward_expert_major = ",
+               c.backward_expert_major, ", expected 0 (slot-major) or 1 (expert-major)");
   KOSMOS_CHECK(c.gemm2_n_run >= 0 && c.gemm2_n_run <= 16, "MoE gemm2_n_run = ", c.gemm2_n_run,
                ", expected 0 (chosen) or 1..16");
   KOSMOS_CHECK(c.backward_dx_lag >= 0, "MoE backward_dx_lag = ", c.backward_dx_lag,

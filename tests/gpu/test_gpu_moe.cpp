@@ -113,14 +113,20 @@ namespace {
 // Backward: every gradient against fp64 and the unfused composition (7 launches) bit for bit.
 // dw_tile_n: the weight gradients' tile width (0: chosen).
 void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-                      int combine_tpt = 0, int dw_tile_n = 0) {
+                      int combine_tpt = 0, int dw_tile_n = 0, bool dx_expert_major = false) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.backward = true;
   c.combine_tokens_per_task = combine_tpt;
   c.backward_dw_tile_n = dw_tile_n;
+  if (dx_expert_major) {  // dX in one-slot runs claimed one by one, remapped expert-major
+    c.backward_run = 1;
+    c.backward_group = 1;
+    c.backward_expert_major = 1;
+  }
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
+  if (dx_expert_major) ASSERT_NE(L->describe().find("dX expert-major"), std::string::npos) << L->describe();
   MoeHost h{c};
   fill_moe_backward(*L, h, 5151 + W + T + E, routing);
   cudaStream_t st;
@@ -326,4 +332,12 @@ TEST(GpuMoeExpertMajor, SameOutputsAsSlotMajor) {
     }
     EXPECT_TRUE(y[0] == y[1]) << "W=" << W << ": expert-major y differs from slot-major";
   }
+}
+
+// MoeConfig::backward_expert_major (off by default until measured): dX's tiles remapped expert-major,
+// dX waiting for every swiglu_backward of its rank; gradients against fp64 and the unfused
+// composition (several slots per expert: T k W > 128 E, outside the decode regime), W = 1 and 2.
+TEST(GpuMoeExpertMajor, BackwardDxMatchesFp64AndUnfused) {
+  SKIP_WITHOUT_GPU();
+  for (int W : {1, 2}) run_moe_backward(W, 600, 512, 256, 8, 4, Routing::kSkewedWithDrops, 0, 0, 0, true);
 }

@@ -13,10 +13,15 @@ using namespace kosmos::test;
 namespace {
 
 void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0,
-                  int dw_tile_n = 0, int route_chunks = 0, int group = 0) {
+                  int dw_tile_n = 0, int route_chunks = 0, int group = 0, int expert_major = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.route_chunks = route_chunks;
   c.backward_group = group;
+  if (expert_major) {  // dX in one-slot runs claimed one by one, remapped expert-major
+    c.backward_run = 1;
+    c.backward_group = 1;
+    c.backward_expert_major = 1;
+  }
   c.backward = true;
   c.combine_tokens_per_task = tpt;
   c.backward_dx_lag = dx_lag;
@@ -24,6 +29,7 @@ void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, in
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
+  if (expert_major) ASSERT_NE(L->describe().find("dX expert-major"), std::string::npos) << L->describe();
   MoeHost h{c};
   fill_moe_backward(*L, h, 2000 + 17 * W + T + E + k, routing);
   const std::string what = "W=" + std::to_string(W) + " T=" + std::to_string(T) + " E=" + std::to_string(E) +
@@ -95,6 +101,14 @@ TEST(MoeBackwardCpuShapes, DxLagOnlyReordersTasks) {
 TEST(MoeBackwardCpuShapes, ClaimGroupsOnlyReorderTasks) {
   // backward_group: one slot run per claim group, a few, more than there are runs: same gradients.
   for (int g : {1, 3, 1024}) run_backward(2, 150, 8, 4, Routing::kSkewedWithDrops, 64, 64, 0, 0, 0, 0, g);
+}
+
+TEST(MoeBackwardCpuShapes, DxExpertMajorOnlyReordersTiles) {
+  // backward_expert_major: dX's tiles remapped at run time (an expert's slots at one n block back to
+  // back), dX waiting for every swiglu_backward: same gradients against fp64 and the unfused
+  // composition. ~150 rows per expert (two slots), three dX n blocks (H = 640), two ranks.
+  for (Routing r : {Routing::kUniform, Routing::kSkewedWithDrops})
+    for (int W : {1, 2}) run_backward(W, 300, 4, 2, r, 640, 64, 0, 0, 0, 0, 0, 1);
 }
 
 TEST(MoeBackwardCpuShapes, RouteChunksLeaveTheGradientsUnchanged) {
