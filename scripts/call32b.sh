@@ -5,9 +5,21 @@
 # expert's two slots read each weight column block ~12 claims (~5 µs) apart and the second read
 # misses. Expert-major puts them one claim apart.
 #   run(command="V=r32e scripts/call32b.sh", carry=["build/variants/r32e"])
+# Mode bwd (for the next build, which has backward_expert_major): the saved backward, dX slot-major
+# against dX expert-major, same binary alternated, three rounds, then the GPU test written for it:
+#   run(command="V=r33 scripts/call32b.sh bwd", carry=["build/variants/r33"])
 . "$(dirname "$0")/device_lib.sh"
 device_start
 V=${V:-r32e}
+if [ "${1:-}" = bwd ]; then
+  K=$(scripts/variants.sh unpack $V kosmos) || exit 1
+  T=$(scripts/variants.sh unpack $V kosmos_gpu_tests) || exit 1
+  mkdir -p $OUT/bwd
+  gtest_step bwd/tests 120 "$T" 'GpuMoeExpertMajor.*'
+  moe_rounds "$K" 3 $OUT/bwd "qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations,--reps,10 qbe:--model,qwen3-235b,--tokens,4096,--backward,--save-activations,--reps,10,--bwd-expert-major,1 db:--model,deepseek-v3,--tokens,4096,--backward,--save-activations,--reps,10 dbe:--model,deepseek-v3,--tokens,4096,--backward,--save-activations,--reps,10,--bwd-run,1,--bwd-group,1,--bwd-expert-major,1"
+  tar czf $OUT/bwd.tgz -C $OUT bwd && rm -rf $OUT/bwd
+  exit 0
+fi
 K=$(scripts/variants.sh unpack $V kosmos) || exit 1
 T=$(scripts/variants.sh unpack $V kosmos_gpu_tests) || exit 1
 mkdir -p $OUT/t $OUT/ab
