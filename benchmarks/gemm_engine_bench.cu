@@ -211,6 +211,19 @@ void launch_pair_b(const GemmParams& p, int sms, int run, int group_m_runs) {
   CK(cudaLaunchKernelEx(&cfg, gemm_engine_pair_kernel, p, run, group_m_runs));
 }
 
+// --pair-b: the plain engine and the paired one on operand set 0 (C poisoned before each), C bit for
+// bit equal?
+bool pair_b_matches_plain(const GemmParams& p, void* c, size_t c_el, int sms, int run, int raster) {
+  std::vector<uint16_t> plain(c_el), paired(c_el);
+  CK(cudaMemset(c, 0xFF, c_el * 2));
+  CK(kosmos::kernels::gemm::testing::launch_gemm_engine(p, sms, run, raster));
+  CK(cudaMemcpy(plain.data(), c, c_el * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemset(c, 0xFF, c_el * 2));
+  launch_pair_b(p, sms, run, raster);
+  CK(cudaMemcpy(paired.data(), c, c_el * 2, cudaMemcpyDeviceToHost));
+  return plain == paired;
+}
+
 GemmTileShape parse_shape(const std::string& s) { return gemm_tile_shape_of_width(std::atoi(s.c_str())); }
 
 int num_sets_for(size_t bytes_per_set) {
@@ -494,12 +507,7 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
       [&](int s) { cublas_gemm(cub, o.nn, int(M), int(N), int(K), A[s]->p, B[s]->p, C[s]->p); }};
   const bool pair = o.pair_b && pair_b_applies(P[0], o.nn, run);
   if (pair) {
-    std::vector<uint16_t> plain(c_el), paired(c_el);  // C[0]: the plain engine's output, checked above
-    CK(cudaMemcpy(plain.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
-    launch_pair_b(P[0], sms, run, o.raster);
-    CK(cudaMemcpy(paired.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
-    r.pair_equal = plain == paired;
+    r.pair_equal = pair_b_matches_plain(P[0], C[0]->p, c_el, sms, run, o.raster);
     launchers.push_back([&](int s) { launch_pair_b(P[s], sms, run, o.raster); });
   }
   const std::vector<float> t = time_medians(o.reps, sets, launchers);
@@ -698,14 +706,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
   // throughput, which the multicast relieves by a third?
   const bool pair = o.pair_b && pair_b_applies(P[0], o.nn, run, gm);
   if (pair) {
-    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
-    CK(kosmos::kernels::gemm::testing::launch_gemm_engine(P[0], sms, run, o.raster));
-    std::vector<uint16_t> plain(c_el), paired(c_el);
-    CK(cudaMemcpy(plain.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemset(C[0]->p, 0xFF, c_el * 2));
-    launch_pair_b(P[0], sms, run, o.raster);
-    CK(cudaMemcpy(paired.data(), C[0]->p, c_el * 2, cudaMemcpyDeviceToHost));
-    r.pair_equal = plain == paired;
+    r.pair_equal = pair_b_matches_plain(P[0], C[0]->p, c_el, sms, run, o.raster);
     launchers.push_back([&](int s) { launch_pair_b(P[s], sms, run, o.raster); });
   } else if (o.pair_b) {
     std::fprintf(stderr, "[gemm_engine_bench] --pair-b: %s skipped (needs --layout nt, 128x256 tiles and --uniform-groups)\n", name);

@@ -390,6 +390,37 @@ TEST(GemmCpu, SavePreactStoresTheAccumulatorBesideSwiGLU) {
   EXPECT_NE(make_gemm_params(x, &p).message().find("c_aux = "), std::string::npos);
 }
 
+// A problem grouped over M for the host tile: groups of `gm` rows, A [rows + 1, k] (one row past the
+// groups, never read into C), B [G, k, n] row-major, 128 x 256 tiles, no C yet.
+struct GroupedHostProblem {
+  std::vector<int> gm, off;
+  int64_t rows = 0;
+  std::vector<uint16_t> a, b;
+  kernels::gemm::GemmDesc d;
+};
+void make_grouped_host_problem(GroupedHostProblem& g, std::vector<int> gm, int64_t n, int64_t k, uint32_t seed) {
+  g.gm = std::move(gm);
+  g.off.assign(g.gm.size(), 0);
+  g.rows = 0;
+  for (size_t i = 0; i < g.gm.size(); ++i) g.off[i] = int(g.rows), g.rows += g.gm[i];
+  g.a = random_bf16(size_t(g.rows + 1) * k, seed);
+  g.b = random_bf16(g.gm.size() * size_t(k * n), seed + 1);
+  g.d = kernels::gemm::GemmDesc{};
+  g.d.a = g.a.data();
+  g.d.lda = k;
+  g.d.b = g.b.data();
+  g.d.ldb = n;
+  g.d.ldc = n;
+  g.d.m = g.rows;
+  g.d.n = n;
+  g.d.k = k;
+  g.d.num_groups = int(g.gm.size());
+  g.d.group_m = g.gm.data();
+  g.d.group_offset = g.off.data();
+  g.d.encode_tma = false;
+  g.d.tile_shape = kernels::gemm::GemmTileShape::k128x256;
+}
+
 // kGemmMergeTails (gemm_params.h): a group's last m block of at most kGemmTailRows rows is taken by
 // the block before it. The slot count per group; the host tiles over every slot write the same C
 // as without merging, bit for bit, and nothing past the groups; configurations it cannot serve are
@@ -405,29 +436,13 @@ TEST(GemmCpu, MergedTailsSlotsResultAndErrors) {
     EXPECT_EQ(gemm_group_blocks(w.mg, false, &tail), (w.mg + 127) / 128) << w.mg;
     EXPECT_EQ(tail, 0);
   }
-  std::vector<int> gm = {129, 160, 161, 0, 7, 300, 256}, off(gm.size());
-  const int G = int(gm.size());
-  int64_t rows = 0;
-  for (int g = 0; g < G; ++g) {
-    off[g] = int(rows);
-    rows += gm[g];
-  }
   const int64_t n = 512, k = 72;
-  auto a = random_bf16(size_t(rows + 1) * k, 11), b = random_bf16(size_t(G) * k * n, 12);
-  GemmDesc d;
-  d.a = a.data();
-  d.lda = k;
-  d.b = b.data();
-  d.ldb = n;
-  d.ldc = n;
-  d.m = rows;
-  d.n = n;
-  d.k = k;
-  d.num_groups = G;
-  d.group_m = gm.data();
-  d.group_offset = off.data();
-  d.encode_tma = false;
-  d.tile_shape = GemmTileShape::k128x256;
+  GroupedHostProblem gp;
+  make_grouped_host_problem(gp, {129, 160, 161, 0, 7, 300, 256}, n, k, 11);
+  const std::vector<int>& gm = gp.gm;
+  const int G = int(gm.size());
+  const int64_t rows = gp.rows;
+  GemmDesc& d = gp.d;
   std::vector<uint16_t> c[2];
   int used[2] = {0, 0};
   for (int merge = 0; merge < 2; ++merge) {
@@ -496,26 +511,11 @@ TEST(GemmCpu, ExpertMajorMapIsAPermutationAndKeepsC) {
   int g = 0, b = 0, n = 0;
   EXPECT_FALSE(gemm_expert_major_tile([&](int i) { return blocks[size_t(i)]; }, int(blocks.size()), int64_t(total) * nt, nt, &g, &b, &n));
 
-  std::vector<int> gm = {129, 160, 0, 300, 7, 256}, off(gm.size());
-  const int G = int(gm.size());
-  int64_t rows = 0;
-  for (int i = 0; i < G; ++i) off[size_t(i)] = int(rows), rows += gm[size_t(i)];
   const int64_t N = 640, K = 72;  // three n blocks of 256, the last partial
-  auto a = random_bf16(size_t(rows + 1) * K, 21), bw = random_bf16(size_t(G) * K * N, 22);
-  GemmDesc d;
-  d.a = a.data();
-  d.lda = K;
-  d.b = bw.data();
-  d.ldb = N;
-  d.ldc = N;
-  d.m = rows;
-  d.n = N;
-  d.k = K;
-  d.num_groups = G;
-  d.group_m = gm.data();
-  d.group_offset = off.data();
-  d.encode_tma = false;
-  d.tile_shape = GemmTileShape::k128x256;
+  GroupedHostProblem gp;
+  make_grouped_host_problem(gp, {129, 160, 0, 300, 7, 256}, N, K, 21);
+  const int64_t rows = gp.rows;
+  GemmDesc& d = gp.d;
   for (int merge = 0; merge < 2; ++merge) {
     std::vector<uint16_t> c[2];
     for (int em = 0; em < 2; ++em) {
