@@ -57,7 +57,7 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing, transport = "local";
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0, gemm1_group = 0, gemm2_group = 0, gemm1_expert_major = 1, bwd_expert_major = 0, bwd_group = 0,
+    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0, gemm1_group = 0, gemm2_group = 0, gemm1_expert_major = MoeConfig{}.gemm1_expert_major, bwd_expert_major = MoeConfig{}.backward_expert_major, bwd_group = 0,
         gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;

@@ -155,9 +155,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   dp.num_counters = c_next;
   // Expert-major dX (MoeConfig::backward_expert_major; kGemmExpertMajor, docs/design/gemm.md): a dX
   // task's tile is then known only at run time, somewhere in its expert's slots, so it waits for every
-  // swiglu_backward of its rank (ew_all) rather than its run's. Only for one-slot runs claimed one by
-  // one, whose claim order it permutes; its consumers (combine) wait for all of dX already.
-  const bool dx_expert_major = cfg.backward_expert_major != 0 && run == 1 && raster.group == 1 && !decode;
+  // swiglu_backward of its rank (ew_all) rather than its run's; its consumers (combine) wait for all
+  // of dX already.
+  const bool dx_expert_major = expert_major_applies(cfg.backward_expert_major, raster, decode);
   if (dx_expert_major)
     for (uint32_t d = 0; d < W; ++d) dp.problems[kNumProblems * d + kDX].desc.expert_major = true;
 

@@ -436,8 +436,8 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   c_next += num_runs;
   // Expert-major GEMM1 (MoeConfig::gemm1_expert_major): a task's tile is known only at run time, so
   // GEMM1 signals one join counter and GEMM2 waits for all of it (its slot runs' counters would count
-  // the wrong tiles). Only for one-slot runs claimed one by one, whose claim order it permutes.
-  const bool expert_major = cfg.gemm1_expert_major != 0 && run == 1 && r1.group == 1 && !decode;
+  // the wrong tiles).
+  const bool expert_major = ops::moe::expert_major_applies(cfg.gemm1_expert_major, r1, decode);
   const uint32_t c_g1all = expert_major ? c_next++ : 0u;
   if (expert_major)
     for (uint32_t d = 0; d < W; ++d) problems[2 * d].desc.expert_major = true;

@@ -261,6 +261,13 @@ inline SlotRaster slot_raster(const kernels::gemm::GemmParams& p, int64_t expect
   return r;
 }
 
+// Whether a slot GEMM is claimed expert-major (kGemmExpertMajor; MoeConfig::gemm1_expert_major /
+// backward_expert_major = `setting`): only one-slot runs claimed one by one, whose claim order the
+// remap permutes, and not in the decode regime (an expert has at most one slot there).
+inline bool expert_major_applies(int setting, const SlotRaster& r, bool decode) {
+  return setting != 0 && r.run == 1 && r.group == 1 && !decode;
+}
+
 // Tokens per combine task (the override when set): about four tasks per CTA, rounded up to a
 // multiple of the op kernel's 12 warps -- the combine body gives each warp one token at a time, so
 // the 8 tokens chosen before (T = 4096, 132 CTAs) left 4 of 12 warps idle in every task, and 512
