@@ -57,8 +57,8 @@ void add_bench_moe(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("moe", "Fused MoE forward (one launch) on virtual ranks vs the unfused pipeline of our kernels");
   struct Opts {
     std::string model = "deepseek-v3", routing = "uniform", json, trace_svg, dump_routing, transport = "local";
-    int world = 1, reps = 20, experts = 0, top_k = 8, gemm2_lag = 0, route_chunks = 0, merge_tails = 1, gemm1_run = 0, gemm2_run = 0, gemm1_group = 0, gemm2_group = 0, gemm1_expert_major = MoeConfig{}.gemm1_expert_major, bwd_expert_major = MoeConfig{}.backward_expert_major, bwd_group = 0,
-        gemm2_n_run = 0, bwd_run = 0, dx_lag = 0, dw_tile = 0;
+    int world = 1, reps = 20, experts = 0, top_k = 8;
+    MoeConfig tuning;  // the claim-order and tile switches bind here: their defaults are MoeConfig's
     int64_t tokens = 4096;
     bool backward = false, skip_cublas = false, phase_times = false, save_activations = false;
   };
@@ -82,39 +82,39 @@ void add_bench_moe(CLI::App& bench) {
                 "moves only dy and skips the h1 recompute (also times that forward and the step)");
   cmd->add_option("--dump-routing", o->dump_routing,
                   "Write the routing (per rank ids [T,k], weights [T,k]) and shapes as JSON here (no GPU needed)");
-  cmd->add_option("--route-chunks", o->route_chunks,
+  cmd->add_option("--route-chunks", o->tuning.route_chunks,
                   "Route tasks per rank (0: chosen, about 2048 (token, slot) entries each, the default; 1..16: that many)")
       ->check(CLI::Range(0, 16));
-  cmd->add_option("--merge-tails", o->merge_tails,
+  cmd->add_option("--merge-tails", o->tuning.merge_tails,
                   "Forward: 1 (default): an expert's last row block of at most 32 rows is computed with the block before it; 0: "
                   "as its own tiles")
       ->check(CLI::Range(0, 1));
-  cmd->add_option("--gemm2-lag", o->gemm2_lag,
+  cmd->add_option("--gemm2-lag", o->tuning.gemm2_lag,
                   "Forward claim order: queue each GEMM2 step this many GEMM1 steps after its inputs (0: chosen; "
                   "a large value: all GEMM2 after all GEMM1)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--gemm1-run", o->gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen with the claim groups; set: one run per claim group unless --gemm1-group)")->check(CLI::Range(0, 16));
-  cmd->add_option("--gemm1-expert-major", o->gemm1_expert_major,
+  cmd->add_option("--gemm1-run", o->tuning.gemm1_run, "Forward: worst-case slots per GEMM1 task (0: chosen with the claim groups; set: one run per claim group unless --gemm1-group)")->check(CLI::Range(0, 16));
+  cmd->add_option("--gemm1-expert-major", o->tuning.gemm1_expert_major,
                   "Forward: 1 (default) claims GEMM1's one-slot runs expert-major (an expert's slots at one n block back to back; MoeConfig::gemm1_expert_major); 0: slot-major")
       ->check(CLI::Range(0, 1));
-  cmd->add_option("--gemm1-group", o->gemm1_group,
+  cmd->add_option("--gemm1-group", o->tuning.gemm1_group,
                   "Forward: GEMM1 slot runs per claim group (claimed n-major, so they read each weight block together; 0: chosen)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--gemm2-group", o->gemm2_group, "Forward: the same for GEMM2 (0: chosen)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--bwd-expert-major", o->bwd_expert_major,
+  cmd->add_option("--gemm2-group", o->tuning.gemm2_group, "Forward: the same for GEMM2 (0: chosen)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--bwd-expert-major", o->tuning.backward_expert_major,
                   "Backward: 1 claims dX's one-slot runs expert-major (MoeConfig::backward_expert_major; default 0)")
       ->check(CLI::Range(0, 1));
-  cmd->add_option("--bwd-group", o->bwd_group, "Backward: slot runs per claim group of H1 / dA' / dX (0: chosen)")
+  cmd->add_option("--bwd-group", o->tuning.backward_group, "Backward: slot runs per claim group of H1 / dA' / dX (0: chosen)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--gemm2-run", o->gemm2_run, "Forward: worst-case slots per GEMM2 task (0: chosen)")->check(CLI::Range(0, 16));
-  cmd->add_option("--gemm2-n-run", o->gemm2_n_run, "Forward: GEMM2 tiles per task along N, with one-slot GEMM2 runs (0: chosen)")
+  cmd->add_option("--gemm2-run", o->tuning.gemm2_run, "Forward: worst-case slots per GEMM2 task (0: chosen)")->check(CLI::Range(0, 16));
+  cmd->add_option("--gemm2-n-run", o->tuning.gemm2_n_run, "Forward: GEMM2 tiles per task along N, with one-slot GEMM2 runs (0: chosen)")
       ->check(CLI::Range(0, 16));
-  cmd->add_option("--bwd-run", o->bwd_run, "Backward: worst-case slots per H1 / dA' / dX task (0: chosen)")
+  cmd->add_option("--bwd-run", o->tuning.backward_run, "Backward: worst-case slots per H1 / dA' / dX task (0: chosen)")
       ->check(CLI::Range(0, 16));
-  cmd->add_option("--dx-lag", o->dx_lag,
+  cmd->add_option("--dx-lag", o->tuning.backward_dx_lag,
                   "Backward claim order: queue a step's dX tiles this many steps after its swiglu_backward (0: chosen)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--dw-tile", o->dw_tile,
+  cmd->add_option("--dw-tile", o->tuning.backward_dw_tile_n,
                   "Backward: output tile width of the weight-gradient GEMMs (256, 128 or 64; 0: chosen)")
       ->check(CLI::IsMember({0, 64, 128, 256}));
   cmd->add_flag("--phase-times", o->phase_times,
@@ -136,7 +136,7 @@ void add_bench_moe(CLI::App& bench) {
       throw_if_error(check_nccl_launch_env("bench moe --transport nccl", &o->world));
     }
     const MoeModel md = kMoeModels.at(o->model);
-    MoeConfig cfg;
+    MoeConfig cfg = o->tuning;
     cfg.world = o->world;
     cfg.tokens = o->tokens;
     cfg.hidden = md.hidden;
@@ -150,20 +150,6 @@ void add_bench_moe(CLI::App& bench) {
     if (o->save_activations && !o->backward)
       throw Error(Status(StatusCode::kInvalidArgument, "bench moe: --save-activations needs --backward"));
     cfg.save_activations = o->save_activations;
-    cfg.gemm2_lag = o->gemm2_lag;
-    cfg.route_chunks = o->route_chunks;
-    cfg.merge_tails = o->merge_tails != 0;
-    cfg.gemm1_run = o->gemm1_run;
-    cfg.gemm2_run = o->gemm2_run;
-    cfg.gemm1_group = o->gemm1_group;
-    cfg.gemm1_expert_major = o->gemm1_expert_major;
-    cfg.gemm2_group = o->gemm2_group;
-    cfg.backward_group = o->bwd_group;
-    cfg.backward_expert_major = o->bwd_expert_major;
-    cfg.gemm2_n_run = o->gemm2_n_run;
-    cfg.backward_run = o->bwd_run;
-    cfg.backward_dx_lag = o->dx_lag;
-    cfg.backward_dw_tile_n = o->dw_tile;
     const int W = cfg.world, E = cfg.num_experts, k = cfg.top_k;
     const int64_t T = cfg.tokens, H = cfg.hidden, I = cfg.intermediate;
     if (E < 1 || E % W != 0)
