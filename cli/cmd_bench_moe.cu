@@ -97,6 +97,9 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--gemm1-expert-major", o->tuning.gemm1_expert_major,
                   "Forward: 1 (default) claims GEMM1's one-slot runs expert-major (an expert's slots at one n block back to back; MoeConfig::gemm1_expert_major); 0: slot-major")
       ->check(CLI::Range(0, 1));
+  cmd->add_option("--gemm2-expert-major", o->tuning.gemm2_expert_major,
+                  "Forward: 1 claims GEMM2's one-slot runs expert-major too (with an expert-major GEMM1; MoeConfig::gemm2_expert_major; default 0)")
+      ->check(CLI::Range(0, 1));
   cmd->add_option("--gemm1-group", o->tuning.gemm1_group,
                   "Forward: GEMM1 slot runs per claim group (claimed n-major, so they read each weight block together; 0: chosen)")
       ->check(CLI::Range(0, 1024));

@@ -104,6 +104,11 @@ struct MoeConfig {
   // GEMM1 alone 1.76 / 1.73 -> 1.56 / 1.57 ms, DRAM reads 4.54 -> 3.85 GB; the fused forward
   // 3.143 -> 3.009 ms mean).
   int gemm1_expert_major = 1;
+  // Forward: the same remap for GEMM2 (down) where its runs are one slot claimed one by one and
+  // GEMM1 is expert-major (GEMM2 waits for all of GEMM1 then; its consumer, combine, waits for all of
+  // GEMM2 in any case): an expert's slots read each down-weight column block one claim apart.
+  // 0 (default until measured): slot-major.
+  int gemm2_expert_major = 0;
   // Forward: GEMM2 output tiles per task along N (one slot, n tiles nb .. nb + n - 1: the tile pipeline
   // loads the next tile's k blocks under the epilogue, and the task restart is paid once), 1..16;
   // only with one-slot GEMM2 runs (ignored otherwise). 0: chosen (1).

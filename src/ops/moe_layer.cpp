@@ -171,6 +171,8 @@ Status validate(const MoeConfig& c) {
                c.backward_group, ", expected 0 (chosen) or 1..1024");
   KOSMOS_CHECK(c.gemm1_expert_major == 0 || c.gemm1_expert_major == 1, "MoE gemm1_expert_major = ", c.gemm1_expert_major,
                ", expected 0 (slot-major) or 1 (expert-major)");
+  KOSMOS_CHECK(c.gemm2_expert_major == 0 || c.gemm2_expert_major == 1, "MoE gemm2_expert_major = ", c.gemm2_expert_major,
+               ", expected 0 (slot-major) or 1 (expert-major)");
   KOSMOS_CHECK(c.backward_expert_major == 0 || c.backward_expert_major == 1, "MoE backward_expert_major = ",
                c.backward_expert_major, ", expected 0 (slot-major) or 1 (expert-major)");
   KOSMOS_CHECK(c.gemm2_n_run >= 0 && c.gemm2_n_run <= 16, "MoE gemm2_n_run = ", c.gemm2_n_run,
@@ -469,6 +471,11 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   const ops::moe::SlotSteps steps2{runs2, r2.group};
   // With one-slot runs a GEMM2 task may instead walk n2 tiles along N (cfg.gemm2_n_run).
   const int n2 = run2 == 1 ? std::min(std::max(1, cfg.gemm2_n_run), p2.num_n_tiles) : 1;
+  // Expert-major GEMM2 (MoeConfig::gemm2_expert_major): only one-tile tasks, and only after an
+  // expert-major GEMM1, whose join counter it waits for already.
+  const bool expert_major2 = expert_major && n2 == 1 && ops::moe::expert_major_applies(cfg.gemm2_expert_major, r2, decode);
+  if (expert_major2)
+    for (uint32_t d = 0; d < W; ++d) problems[2 * d + 1].desc.expert_major = true;
   auto gemm2 = [&](uint32_t d, uint32_t r, int nb) {
     GemmTileArgs a = steps2.tile_args(2 * d + 1, r, nb);
     if (n2 > 1) {
@@ -546,7 +553,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
      << kinds[size_t(TaskKind::kMoeDispatch)] << " dispatch [" << cut.experts_per_task << " experts x 1/" << cut.slices << " of the rows each], "
      << kinds[size_t(TaskKind::kGemmTile)] << " gemm [" << slots << " slots/rank in runs of " << run << " (GEMM2: " << run2 << "; from slot " << runs.head_end
      << " runs of " << runs.tail << " / " << runs2.tail << "); claimed in groups of " << r1.group << " / " << r2.group
-     << " runs" << (expert_major ? " (GEMM1 expert-major)" : "") << "; GEMM2 lag " << lag << " steps, GEMM2 " << n2 << " n tiles per task; raster " << r1.describe << " / " << r2.describe << "; n tiles "
+     << " runs" << (expert_major ? " (GEMM1 expert-major)" : "") << (expert_major2 ? " (GEMM2 expert-major)" : "") << "; GEMM2 lag " << lag << " steps, GEMM2 " << n2 << " n tiles per task; raster " << r1.describe << " / " << r2.describe << "; n tiles "
      << p1.num_n_tiles << " + " << p2.num_n_tiles
      << ((p1.layout & kernels::gemm::kGemmMergeTails) ? "; tails of <= 32 rows merged" : "") << "], " << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt
      << " tokens each]), " << fwd.num_counters << " counters/rank" << backward_summary;

@@ -20,12 +20,17 @@ namespace {
 void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
              int gemm2_n_run = 0, int combine_tpt = 0, int route_chunks = 0,
              std::vector<std::vector<uint16_t>>* y_out = nullptr, bool merge_tails = true, int max_ctas = 0,
-             const char* expect_in_plan = nullptr, int gemm1_expert_major = -1) {
+             const char* expect_in_plan = nullptr, int expert_major = -1) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
-  if (gemm1_expert_major >= 0) {  // one-slot GEMM1 runs claimed one by one, remapped expert-major (1) or not
+  if (expert_major >= 0) {  // one-slot GEMM1 runs claimed one by one, remapped expert-major (bit 0) or not
     c.gemm1_run = 1;
     c.gemm1_group = 1;
-    c.gemm1_expert_major = gemm1_expert_major;
+    c.gemm1_expert_major = expert_major & 1;
+    if (expert_major & 2) {  // GEMM2's too (bit 1)
+      c.gemm2_run = 1;
+      c.gemm2_group = 1;
+      c.gemm2_expert_major = 1;
+    }
   }
   c.combine_tokens_per_task = combine_tpt;
   c.route_chunks = route_chunks;
@@ -321,16 +326,18 @@ TEST(GpuMoeMergedTails, AgainstFp64AndSeparateTiles) {
 // time so that an expert's slots at one n block are consecutive claims. The same tiles in another
 // order: y bit for bit that of the slot-major order, against fp64 and the unfused composition, with
 // merged tails (kTails routing) and two ranks; the plan must say it applied.
+// Bit 1: GEMM2 expert-major as well (MoeConfig::gemm2_expert_major).
 TEST(GpuMoeExpertMajor, SameOutputsAsSlotMajor) {
   SKIP_WITHOUT_GPU();
   for (int W : {1, 2}) {
-    std::vector<std::vector<uint16_t>> y[2];
-    for (int em = 0; em < 2; ++em) {
+    std::vector<std::vector<uint16_t>> y[4];
+    for (int em : {0, 1, 3}) {
       SCOPED_TRACE("W=" + std::to_string(W) + " expert_major=" + std::to_string(em));
       run_moe(W, 579, 1024, 384, 8, 2, Routing::kTails, 0, 0, 0, 0, &y[em], true, W == 1 ? 18 : 23,
-              em ? "GEMM1 expert-major" : nullptr, em);
+              em == 3 ? "GEMM2 expert-major" : em ? "GEMM1 expert-major" : nullptr, em);
     }
     EXPECT_TRUE(y[0] == y[1]) << "W=" << W << ": expert-major y differs from slot-major";
+    EXPECT_TRUE(y[0] == y[3]) << "W=" << W << ": expert-major GEMM1 + GEMM2 y differs from slot-major";
   }
 }
 

@@ -14,6 +14,7 @@ namespace {
 struct ClaimOrder {
   int gemm1_run = 0, gemm2_run = 0, gemm2_lag = 0, gemm2_n_run = 0, route_chunks = 0, gemm1_group = 0, gemm2_group = 0;
   int gemm1_expert_major = -1;  // -1: MoeConfig's default
+  int gemm2_expert_major = -1;  // -1: MoeConfig's default
 };
 void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, int64_t I = 32, int epb = 0, int tpt = 0,
              int slices = 0, ClaimOrder order = {}) {
@@ -29,11 +30,13 @@ void run_moe(int W, int64_t T, int E, int k, Routing routing, int64_t H = 64, in
   c.gemm1_group = order.gemm1_group;
   c.gemm2_group = order.gemm2_group;
   if (order.gemm1_expert_major >= 0) c.gemm1_expert_major = order.gemm1_expert_major;
+  if (order.gemm2_expert_major >= 0) c.gemm2_expert_major = order.gemm2_expert_major;
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   // A knob that did not reach the plan would test nothing new.
   if (order.gemm1_expert_major == 1) ASSERT_NE(L->describe().find("GEMM1 expert-major"), std::string::npos) << L->describe();
+  if (order.gemm2_expert_major == 1) ASSERT_NE(L->describe().find("GEMM2 expert-major"), std::string::npos) << L->describe();
   MoeHost h{c};
   fill_moe(*L, h, 1000 + 17 * W + T + E + k, routing);
   for (int rep = 0; rep < 2; ++rep) {  // twice: epochs advance without a reset
@@ -100,6 +103,18 @@ TEST(MoeCpuShapes, ClaimOrderKnobsLeaveTheResultUnchanged) {
   for (int W : {1, 2})
     for (Routing r : {Routing::kUniform, Routing::kSkewed, Routing::kSkewedWithDrops})
       for (int em : {0, 1}) run_moe(W, 300, 4, 2, r, 640, 320, 0, 0, 0, {1, 0, 0, 0, 0, 1, 0, em});
+  // GEMM2 expert-major too (one-slot GEMM2 runs claimed one by one; H = 640: three n blocks, the last
+  // partial), after an expert-major GEMM1; without one it does not apply.
+  for (int W : {1, 2})
+    for (Routing r : {Routing::kSkewed, Routing::kSkewedWithDrops})
+      run_moe(W, 300, 4, 2, r, 640, 320, 0, 0, 0, {1, 1, 0, 0, 0, 1, 1, 1, 1});
+  MoeConfig c = moe_config(1, 300, 640, 320, 4, 2, true);
+  c.gemm1_run = c.gemm1_group = c.gemm2_run = c.gemm2_group = 1;
+  c.gemm1_expert_major = 0;
+  c.gemm2_expert_major = 1;
+  std::unique_ptr<MoeLayer> L;
+  ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+  EXPECT_EQ(L->describe().find("expert-major"), std::string::npos) << L->describe();
 }
 
 TEST(MoeCpuShapes, RouteChunksLeaveTheResultUnchanged) {
@@ -148,6 +163,10 @@ TEST(MoeCpuShapes, Gemm2RunsAlongNArePlanned) {
   c.gemm1_expert_major = 2;
   const Status s2 = MoeLayer::plan(c, &L);
   EXPECT_NE(s2.to_string().find("gemm1_expert_major = 2"), std::string::npos) << s2.to_string();
+  c.gemm1_expert_major = 1;
+  c.gemm2_expert_major = -1;
+  const Status s3 = MoeLayer::plan(c, &L);
+  EXPECT_NE(s3.to_string().find("gemm2_expert_major = -1"), std::string::npos) << s3.to_string();
 }
 
 TEST(MoeCpu, PhaseByPhaseIsTheUnfusedComposition) {
