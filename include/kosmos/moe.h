@@ -119,6 +119,10 @@ struct MoeConfig {
   // gemm1_expert_major does for the forward's GEMM1; dX re-reads gate_up the same way); dX then waits
   // for every swiglu_backward of its rank instead of its run's. 0 (default until measured): slot-major.
   int backward_expert_major = 0;
+  // Backward claim order: 1 queues the combine tasks (dx, router-weight gradients) between the dDown
+  // and the dGateUp tiles, so that they run under the weight gradients instead of after them (they
+  // wait for every dX tile, long finished by then); 0 (default until measured): after every tile.
+  int backward_combine_early = 0;
   // Backward claim order: dX tiles of a step are queued this many steps after its
   // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).
   int backward_dx_lag = 0;

@@ -236,8 +236,23 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   // makespan alone), so every A block was read from HBM once per n block (DeepSeek-V3, T = 4096:
   // 16 x 470 MB for dGateUp) and at T = 128 every task was one 1-k-block tile (49,152 tasks of
   // ~7 us, mostly restart cost). The ranks' tasks interleave, each rank getting ctas / W CTAs.
+  const uint32_t tpt = combine_tokens_per_task(cfg, ctas);
+  auto combine = [&] {
+    for (uint32_t t0 = 0; t0 < T; t0 += tpt)
+      for (uint32_t s = 0; s < W; ++s) {
+        const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
+        TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kCombine);
+        wait_layout(t);
+        wait_routed(t, front, saved);  // reads pos
+        t.waits.push_back({c_dx_done, plan::kWaitAll});
+      }
+  };
+  // Combine after dDown (MoeConfig::backward_combine_early): every dX tile is ~1 ms done by then,
+  // and its copies run under the dGateUp tiles rather than alone at the end.
+  const bool combine_early = cfg.backward_combine_early != 0;
   std::string dw_raster[2];
   for (int j : {kDDown, kDGateUp}) {
+    if (j == kDGateUp && combine_early) combine();
     // K per expert from the rows a rank receives under uniform routing (T k, plus about half a k
     // block of padding per expert), not the worst case the buffers are sized for.
     const int64_t expected_k = int64_t(T) * k + int64_t(L) * kernels::gemm::kGemmBlockK / 2;
@@ -254,15 +269,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
         t.waits.push_back({c_ew_all, plan::kWaitAll});
       }
   }
-  const uint32_t tpt = combine_tokens_per_task(cfg, ctas);
-  for (uint32_t t0 = 0; t0 < T; t0 += tpt)
-    for (uint32_t s = 0; s < W; ++s) {
-      const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
-      TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kCombine);
-      wait_layout(t);
-      wait_routed(t, front, saved);  // reads pos
-      t.waits.push_back({c_dx_done, plan::kWaitAll});
-    }
+  if (!combine_early) combine();
 
   size_t kinds[32] = {};
   for (const auto& t : dp.tasks) kinds[std::min<size_t>(size_t(t.kind), 31)]++;
@@ -274,7 +281,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "
      << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later" << (dx_expert_major ? ", dX expert-major" : "") << "], "
-     << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt << " tokens each]), " << dp.num_counters
+     << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt << " tokens each" << (combine_early ? ", before dGateUp" : "") << "]), " << dp.num_counters
      << " counters/rank";
   dp.summary = os.str();
   return Status::ok();

@@ -173,6 +173,8 @@ Status validate(const MoeConfig& c) {
                ", expected 0 (slot-major) or 1 (expert-major)");
   KOSMOS_CHECK(c.gemm2_expert_major == 0 || c.gemm2_expert_major == 1, "MoE gemm2_expert_major = ", c.gemm2_expert_major,
                ", expected 0 (slot-major) or 1 (expert-major)");
+  KOSMOS_CHECK(c.backward_combine_early == 0 || c.backward_combine_early == 1, "MoE backward_combine_early = ",
+               c.backward_combine_early, ", expected 0 (combine after every tile) or 1 (before the dGateUp tiles)");
   KOSMOS_CHECK(c.backward_expert_major == 0 || c.backward_expert_major == 1, "MoE backward_expert_major = ",
                c.backward_expert_major, ", expected 0 (slot-major) or 1 (expert-major)");
   KOSMOS_CHECK(c.gemm2_n_run >= 0 && c.gemm2_n_run <= 16, "MoE gemm2_n_run = ", c.gemm2_n_run,

@@ -118,9 +118,10 @@ namespace {
 // Backward: every gradient against fp64 and the unfused composition (7 launches) bit for bit.
 // dw_tile_n: the weight gradients' tile width (0: chosen).
 void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-                      int combine_tpt = 0, int dw_tile_n = 0, bool dx_expert_major = false) {
+                      int combine_tpt = 0, int dw_tile_n = 0, bool dx_expert_major = false, bool combine_early = false) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.backward = true;
+  c.backward_combine_early = combine_early ? 1 : 0;
   c.combine_tokens_per_task = combine_tpt;
   c.backward_dw_tile_n = dw_tile_n;
   if (dx_expert_major) {  // dX in one-slot runs claimed one by one, remapped expert-major
@@ -132,6 +133,7 @@ void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Rout
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   if (dx_expert_major) ASSERT_NE(L->describe().find("dX expert-major"), std::string::npos) << L->describe();
+  if (combine_early) ASSERT_NE(L->describe().find("before dGateUp"), std::string::npos) << L->describe();
   MoeHost h{c};
   fill_moe_backward(*L, h, 5151 + W + T + E, routing);
   cudaStream_t st;
@@ -347,4 +349,11 @@ TEST(GpuMoeExpertMajor, SameOutputsAsSlotMajor) {
 TEST(GpuMoeExpertMajor, BackwardDxMatchesFp64AndUnfused) {
   SKIP_WITHOUT_GPU();
   for (int W : {1, 2}) run_moe_backward(W, 600, 512, 256, 8, 4, Routing::kSkewedWithDrops, 0, 0, 0, true);
+}
+
+// MoeConfig::backward_combine_early (off by default until measured): combine claimed between the
+// dDown and dGateUp tiles, running under them; gradients against fp64 and the unfused composition.
+TEST(GpuMoeBackwardOrder, CombineBeforeDGateUp) {
+  SKIP_WITHOUT_GPU();
+  for (int W : {1, 8}) run_moe_backward(W, 600, 512, 256, 8 * W, 4, Routing::kSkewedWithDrops, 0, 0, 0, false, true);
 }
