@@ -8,6 +8,7 @@
 #        thirty-second session; never run whole with it; the three switches' tests among them);
 #     f: the Qwen3 forward with GEMM2 expert-major, then (time permitting) both backward switches
 #        together and DeepSeek-V3 with GEMM1 expert-major in place of its claim groups of six.
+#     q: b's Qwen3 half alone (little device time);
 #   run(command="V=r33c scripts/call33.sh c", carry=["build/variants/r33c"])   the issue tables
 . "$(dirname "$0")/device_lib.sh"
 device_start
@@ -23,6 +24,8 @@ for ((i = 0; i < ${#mode}; ++i)); do
     t)  # the whole GPU suite, engine and NCCL tests
       TEST_TIMEOUT=200 scripts/variants.sh tests $V 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
       mv $OUT/results.tgz $OUT/tests-$V.tgz; echo "suite $(el)" ;;
+    q)  # the short form of b: the Qwen3 proxy only
+      moe_rounds "$K" 2 $OUT/x "qb:$Q,$B qbx:$Q,$B,--bwd-expert-major,1 qbc:$Q,$B,--bwd-combine-early,1" ;;
     b)  # the saved backward: dX expert-major, combine before dGateUp
       moe_rounds "$K" 2 $OUT/x "qb:$Q,$B qbx:$Q,$B,--bwd-expert-major,1 qbc:$Q,$B,--bwd-combine-early,1 db:$D,$B dbc:$D,$B,--bwd-combine-early,1"
       grep -h "moe_backward" $OUT/x/fwd-qbx-1.txt $OUT/x/fwd-qbc-1.txt | grep -o "dX expert-major\|before dGateUp" | sort | uniq -c ;;
