@@ -230,12 +230,9 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
     if (s >= lag + lag_dx)
       for (uint32_t d = 0; d < W; ++d) gemm_dx(d, s - lag - lag_dx);
   }
-  // Weight gradients: fixed tiles per expert (grouped over K). The claim order comes from the
-  // raster planner, which knows that A and B blocks belong to one expert: the first version walked
-  // all experts' m tiles for one n block before the next n block (n-major, runs chosen for the
-  // makespan alone), so every A block was read from HBM once per n block (DeepSeek-V3, T = 4096:
-  // 16 x 470 MB for dGateUp) and at T = 128 every task was one 1-k-block tile (49,152 tasks of
-  // ~7 us, mostly restart cost). The ranks' tasks interleave, each rank getting ctas / W CTAs.
+  // Combine (dx, router-weight gradients) waits for every dX tile. It goes after every tile, or
+  // (MoeConfig::backward_combine_early) between the dDown and dGateUp tiles: every dX tile is ~1 ms
+  // done by then, and its copies run under the dGateUp tiles rather than alone at the end.
   const uint32_t tpt = combine_tokens_per_task(cfg, ctas);
   auto combine = [&] {
     for (uint32_t t0 = 0; t0 < T; t0 += tpt)
@@ -247,9 +244,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
         t.waits.push_back({c_dx_done, plan::kWaitAll});
       }
   };
-  // Combine after dDown (MoeConfig::backward_combine_early): every dX tile is ~1 ms done by then,
-  // and its copies run under the dGateUp tiles rather than alone at the end.
   const bool combine_early = cfg.backward_combine_early != 0;
+  // Weight gradients: fixed tiles per expert (grouped over K). The claim order comes from the
+  // raster planner, which knows that A and B blocks belong to one expert: the first version walked
+  // all experts' m tiles for one n block before the next n block (n-major, runs chosen for the
+  // makespan alone), so every A block was read from HBM once per n block (DeepSeek-V3, T = 4096:
+  // 16 x 470 MB for dGateUp) and at T = 128 every task was one 1-k-block tile (49,152 tasks of
+  // ~7 us, mostly restart cost). The ranks' tasks interleave, each rank getting ctas / W CTAs.
   std::string dw_raster[2];
   for (int j : {kDDown, kDGateUp}) {
     if (j == kDGateUp && combine_early) combine();

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "kernels/gemm/gemm_host.h"
 #include "kernels/moe_tasks.h"
@@ -169,14 +170,12 @@ Status validate(const MoeConfig& c) {
                    c.backward_group >= 0 && c.backward_group <= 1024,
                "MoE gemm1_group = ", c.gemm1_group, ", gemm2_group = ", c.gemm2_group, ", backward_group = ",
                c.backward_group, ", expected 0 (chosen) or 1..1024");
-  KOSMOS_CHECK(c.gemm1_expert_major == 0 || c.gemm1_expert_major == 1, "MoE gemm1_expert_major = ", c.gemm1_expert_major,
-               ", expected 0 (slot-major) or 1 (expert-major)");
-  KOSMOS_CHECK(c.gemm2_expert_major == 0 || c.gemm2_expert_major == 1, "MoE gemm2_expert_major = ", c.gemm2_expert_major,
-               ", expected 0 (slot-major) or 1 (expert-major)");
-  KOSMOS_CHECK(c.backward_combine_early == 0 || c.backward_combine_early == 1, "MoE backward_combine_early = ",
-               c.backward_combine_early, ", expected 0 (combine after every tile) or 1 (before the dGateUp tiles)");
-  KOSMOS_CHECK(c.backward_expert_major == 0 || c.backward_expert_major == 1, "MoE backward_expert_major = ",
-               c.backward_expert_major, ", expected 0 (slot-major) or 1 (expert-major)");
+  // The claim-order switches, 0 (off) or 1 (on).
+  for (const auto& [name, value] : {std::pair{"gemm1_expert_major", c.gemm1_expert_major},
+                                    {"gemm2_expert_major", c.gemm2_expert_major},
+                                    {"backward_expert_major", c.backward_expert_major},
+                                    {"backward_combine_early", c.backward_combine_early}})
+    KOSMOS_CHECK(value == 0 || value == 1, "MoE ", name, " = ", value, ", expected 0 (off) or 1 (on)");
   KOSMOS_CHECK(c.gemm2_n_run >= 0 && c.gemm2_n_run <= 16, "MoE gemm2_n_run = ", c.gemm2_n_run,
                ", expected 0 (chosen) or 1..16");
   KOSMOS_CHECK(c.backward_dx_lag >= 0, "MoE backward_dx_lag = ", c.backward_dx_lag,
