@@ -158,8 +158,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   // swiglu_backward of its rank (ew_all) rather than its run's; its consumers (combine) wait for all
   // of dX already.
   const bool dx_expert_major = expert_major_applies(cfg.backward_expert_major, raster, decode);
-  if (dx_expert_major)
-    for (uint32_t d = 0; d < W; ++d) dp.problems[kNumProblems * d + kDX].desc.expert_major = true;
+  if (dx_expert_major) mark_expert_major(dp.problems, W, kNumProblems, kDX);
 
   // ---- tasks ----------------------------------------------------------------------------------
   auto moe_args = [&](uint32_t a, uint32_t b, uint32_t c) {

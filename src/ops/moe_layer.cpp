@@ -442,8 +442,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // the wrong tiles).
   const bool expert_major = ops::moe::expert_major_applies(cfg.gemm1_expert_major, r1, decode);
   const uint32_t c_g1all = expert_major ? c_next++ : 0u;
-  if (expert_major)
-    for (uint32_t d = 0; d < W; ++d) problems[2 * d].desc.expert_major = true;
+  if (expert_major) ops::moe::mark_expert_major(problems, W, 2, 0);
 
   // ---- tasks ----------------------------------------------------------------------------------
   std::vector<TaskRec> tasks;
@@ -475,8 +474,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   // Expert-major GEMM2 (MoeConfig::gemm2_expert_major): only one-tile tasks, and only after an
   // expert-major GEMM1, whose join counter it waits for already.
   const bool expert_major2 = expert_major && n2 == 1 && ops::moe::expert_major_applies(cfg.gemm2_expert_major, r2, decode);
-  if (expert_major2)
-    for (uint32_t d = 0; d < W; ++d) problems[2 * d + 1].desc.expert_major = true;
+  if (expert_major2) ops::moe::mark_expert_major(problems, W, 2, 1);
   auto gemm2 = [&](uint32_t d, uint32_t r, int nb) {
     GemmTileArgs a = steps2.tile_args(2 * d + 1, r, nb);
     if (n2 > 1) {

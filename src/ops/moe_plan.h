@@ -268,6 +268,13 @@ inline bool expert_major_applies(int setting, const SlotRaster& r, bool decode) 
   return setting != 0 && r.run == 1 && r.group == 1 && !decode;
 }
 
+// Marks problem `which` of each of the `world` ranks' `per_rank` problems expert-major (the plans
+// list every rank's problems in turn).
+inline void mark_expert_major(std::vector<GemmProblemSpec>& problems, uint32_t world, uint32_t per_rank,
+                              uint32_t which) {
+  for (uint32_t d = 0; d < world; ++d) problems[per_rank * d + which].desc.expert_major = true;
+}
+
 // Tokens per combine task (the override when set): about four tasks per CTA, rounded up to a
 // multiple of the op kernel's 12 warps -- the combine body gives each warp one token at a time, so
 // the 8 tokens chosen before (T = 4096, 132 CTAs) left 4 of 12 warps idle in every task, and 512
