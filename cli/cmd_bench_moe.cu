@@ -98,14 +98,14 @@ void add_bench_moe(CLI::App& bench) {
                   "Forward: 1 (default) claims GEMM1's one-slot runs expert-major (an expert's slots at one n block back to back; MoeConfig::gemm1_expert_major); 0: slot-major")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--gemm2-expert-major", o->tuning.gemm2_expert_major,
-                  "Forward: 1 claims GEMM2's one-slot runs expert-major too (with an expert-major GEMM1; MoeConfig::gemm2_expert_major; default 0)")
+                  "Forward: 1 (default) claims GEMM2's one-slot runs expert-major too (with an expert-major GEMM1; MoeConfig::gemm2_expert_major); 0: slot-major")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--gemm1-group", o->tuning.gemm1_group,
                   "Forward: GEMM1 slot runs per claim group (claimed n-major, so they read each weight block together; 0: chosen)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--gemm2-group", o->tuning.gemm2_group, "Forward: the same for GEMM2 (0: chosen)")->check(CLI::Range(0, 1024));
   cmd->add_option("--bwd-expert-major", o->tuning.backward_expert_major,
-                  "Backward: 1 claims dX's one-slot runs expert-major (MoeConfig::backward_expert_major; default 0)")
+                  "Backward: 1 (default) claims dX's one-slot runs expert-major (MoeConfig::backward_expert_major); 0: slot-major")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--bwd-combine-early", o->tuning.backward_combine_early,
                   "Backward: 1 claims the combine tasks before the dGateUp tiles, to run under them (MoeConfig::backward_combine_early; default 0)")

@@ -107,8 +107,9 @@ struct MoeConfig {
   // Forward: the same remap for GEMM2 (down) where its runs are one slot claimed one by one and
   // GEMM1 is expert-major (GEMM2 waits for all of GEMM1 then; its consumer, combine, waits for all of
   // GEMM2 in any case): an expert's slots read each down-weight column block one claim apart.
-  // 0 (default until measured): slot-major.
-  int gemm2_expert_major = 0;
+  // 0: slot-major. Default 1 since the thirty-fourth session (H100, Qwen3 proxy T = 4096, four
+  // alternated rounds: fused forward 2.995 -> 2.941 ms mean, our unfused 2.897 -> 2.840).
+  int gemm2_expert_major = 1;
   // Forward: GEMM2 output tiles per task along N (one slot, n tiles nb .. nb + n - 1: the tile pipeline
   // loads the next tile's k blocks under the epilogue, and the task restart is paid once), 1..16;
   // only with one-slot GEMM2 runs (ignored otherwise). 0: chosen (1).
@@ -117,11 +118,14 @@ struct MoeConfig {
   int backward_group = 0;  // backward: slot runs per claim group of H1 / dA' / dX (0: chosen)
   // Backward: 1 claims dX's tiles expert-major where its runs are one slot claimed one by one (as
   // gemm1_expert_major does for the forward's GEMM1; dX re-reads gate_up the same way); dX then waits
-  // for every swiglu_backward of its rank instead of its run's. 0 (default until measured): slot-major.
-  int backward_expert_major = 0;
+  // for every swiglu_backward of its rank instead of its run's. 0: slot-major. Default 1 since the
+  // thirty-fourth session (H100, Qwen3 proxy T = 4096, saved backward, four alternated rounds:
+  // 6.326 -> 6.164 ms mean).
+  int backward_expert_major = 1;
   // Backward claim order: 1 queues the combine tasks (dx, router-weight gradients) between the dDown
   // and the dGateUp tiles, so that they run under the weight gradients instead of after them (they
-  // wait for every dX tile, long finished by then); 0 (default until measured): after every tile.
+  // wait for every dX tile, long finished by then); 0 (default): after every tile. Measured slower
+  // (thirty-fourth session, H100, Qwen3 saved backward, two rounds: 6.301 -> 6.421 ms mean).
   int backward_combine_early = 0;
   // Backward claim order: dX tiles of a step are queued this many steps after its
   // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).

@@ -26,10 +26,10 @@ void run_moe(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routi
     c.gemm1_run = 1;
     c.gemm1_group = 1;
     c.gemm1_expert_major = expert_major & 1;
-    if (expert_major & 2) {  // GEMM2's too (bit 1)
+    c.gemm2_expert_major = (expert_major >> 1) & 1;  // GEMM2's too (bit 1; it is MoeConfig's default)
+    if (expert_major & 2) {
       c.gemm2_run = 1;
       c.gemm2_group = 1;
-      c.gemm2_expert_major = 1;
     }
   }
   c.combine_tokens_per_task = combine_tpt;
@@ -343,7 +343,7 @@ TEST(GpuMoeExpertMajor, SameOutputsAsSlotMajor) {
   }
 }
 
-// MoeConfig::backward_expert_major (off by default until measured): dX's tiles remapped expert-major,
+// MoeConfig::backward_expert_major (on by default since the thirty-fourth session): dX's tiles remapped expert-major,
 // dX waiting for every swiglu_backward of its rank; gradients against fp64 and the unfused
 // composition (several slots per expert: T k W > 128 E, outside the decode regime), W = 1 and 2.
 TEST(GpuMoeExpertMajor, BackwardDxMatchesFp64AndUnfused) {
@@ -351,7 +351,7 @@ TEST(GpuMoeExpertMajor, BackwardDxMatchesFp64AndUnfused) {
   for (int W : {1, 2}) run_moe_backward(W, 600, 512, 256, 8, 4, Routing::kSkewedWithDrops, 0, 0, 0, true);
 }
 
-// MoeConfig::backward_combine_early (off by default until measured): combine claimed between the
+// MoeConfig::backward_combine_early (off by default: measured slower): combine claimed between the
 // dDown and dGateUp tiles, running under them; gradients against fp64 and the unfused composition.
 TEST(GpuMoeBackwardOrder, CombineBeforeDGateUp) {
   SKIP_WITHOUT_GPU();

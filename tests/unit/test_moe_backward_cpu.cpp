@@ -13,15 +13,15 @@ using namespace kosmos::test;
 namespace {
 
 void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, int64_t I, int tpt = 0, int dx_lag = 0,
-                  int dw_tile_n = 0, int route_chunks = 0, int group = 0, int expert_major = 0, int combine_early = 0) {
+                  int dw_tile_n = 0, int route_chunks = 0, int group = 0, int expert_major = -1, int combine_early = 0) {
   MoeConfig c = moe_config(W, T, H, I, E, k, true);
   c.backward_combine_early = combine_early;
   c.route_chunks = route_chunks;
   c.backward_group = group;
-  if (expert_major) {  // dX in one-slot runs claimed one by one, remapped expert-major
+  if (expert_major >= 0) {  // dX in one-slot runs claimed one by one, remapped expert-major (1) or not (0)
     c.backward_run = 1;
     c.backward_group = 1;
-    c.backward_expert_major = 1;
+    c.backward_expert_major = expert_major;
   }
   c.backward = true;
   c.combine_tokens_per_task = tpt;
@@ -30,7 +30,8 @@ void run_backward(int W, int64_t T, int E, int k, Routing routing, int64_t H, in
   std::unique_ptr<MoeLayer> L;
   Status s = MoeLayer::plan(c, &L);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
-  if (expert_major) ASSERT_NE(L->describe().find("dX expert-major"), std::string::npos) << L->describe();
+  if (expert_major >= 0)
+    ASSERT_EQ(L->describe().find("dX expert-major") != std::string::npos, expert_major == 1) << L->describe();
   if (combine_early) ASSERT_NE(L->describe().find("before dGateUp"), std::string::npos) << L->describe();
   MoeHost h{c};
   fill_moe_backward(*L, h, 2000 + 17 * W + T + E + k, routing);
@@ -110,14 +111,15 @@ TEST(MoeBackwardCpuShapes, DxExpertMajorOnlyReordersTiles) {
   // back), dX waiting for every swiglu_backward: same gradients against fp64 and the unfused
   // composition. ~150 rows per expert (two slots), three dX n blocks (H = 640), two ranks.
   for (Routing r : {Routing::kUniform, Routing::kSkewedWithDrops})
-    for (int W : {1, 2}) run_backward(W, 300, 4, 2, r, 640, 64, 0, 0, 0, 0, 0, 1);
+    for (int W : {1, 2})
+      for (int em : {0, 1}) run_backward(W, 300, 4, 2, r, 640, 64, 0, 0, 0, 0, 0, em);
 }
 
 TEST(MoeBackwardCpuShapes, CombineBeforeDGateUpOnlyReordersTasks) {
   // backward_combine_early: the combine tasks queued between the dDown and dGateUp tiles; same
   // gradients (fp64, fused == unfused), several ranks, dropped slots, one token; 2 is a named error.
-  for (int W : {1, 2, 4}) run_backward(W, 150, 8, 4, Routing::kSkewedWithDrops, 64, 64, 0, 0, 0, 0, 0, 0, 1);
-  run_backward(2, 1, 8, 2, Routing::kUniform, 64, 64, 0, 0, 0, 0, 0, 0, 1);
+  for (int W : {1, 2, 4}) run_backward(W, 150, 8, 4, Routing::kSkewedWithDrops, 64, 64, 0, 0, 0, 0, 0, -1, 1);
+  run_backward(2, 1, 8, 2, Routing::kUniform, 64, 64, 0, 0, 0, 0, 0, -1, 1);
   MoeConfig c = moe_config(1, 64, 64, 64, 4, 2, true);
   c.backward = true;
   c.backward_combine_early = 2;
