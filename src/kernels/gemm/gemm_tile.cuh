@@ -409,6 +409,98 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
+// kGemmEpiSwiGLUBackward (gemm_params.h), part 1, at the tile's start: consumer thread ct asks the
+// L2 for half a row of the tile's pre-activation (512 of the row's 2 BN columns' bytes), so that
+// the epilogue's loads of it, a mainloop later, hit the L2 instead of DRAM.
+template <int kBN>
+__device__ __forceinline__ void prefetch_preact(const GemmParams& p, const TileCoord& t, int ct) {
+  const int r = ct / 2;
+  const int64_t col = 2 * int64_t(t.n0) + (ct % 2) * kBN;  // first pre-activation column of the half
+  const int64_t cols = min(int64_t(kBN), 2 * int64_t(p.n) - col);
+  if (r < t.rows && cols > 0) {
+    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.epi_in) + (t.c_row0 + r) * p.ld_in + col;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(uint32_t(cols * 2)) : "memory");
+  }
+}
+
+// kGemmEpiSwiGLUBackward, part 2: the epilogue, from the accumulator's registers (thread layout as
+// in the accumulate path: rows r0 + 8 rr, columns n0 + 8 j + c0 + {0, 1}, acc index 2 rr + 4 j). The
+// gate and up pairs of a column pair are 4-byte words 16 j apart in the interleaved row; a quad
+// reads and writes whole 32-byte sectors. Loads in batches of kBatch column blocks per row, so that
+// many are in flight (the values were prefetched to the L2 at the tile's start).
+template <int kBN, class Frag>
+__device__ __forceinline__ void epilogue_swiglu_backward(const GemmParams& p, const TileCoord& t, const Frag& acc,
+                                                         int ct, int lane) {
+  constexpr int kBatch = 16;
+  static_assert((kBN / 8) % kBatch == 0 || kBN / 8 < kBatch, "whole batches");
+  constexpr int kB = kBN / 8 < kBatch ? kBN / 8 : kBatch;
+  const int r0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane / 4;
+  const int c0 = 2 * (lane % 4);
+  const int pad_end = p.pad_rows > 0 && t.rows < kGemmBlockM
+                          ? min(kGemmBlockM, (t.rows + p.pad_rows - 1) / p.pad_rows * p.pad_rows)
+                          : t.rows;
+  float dot[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int r = r0 + 8 * rr;
+    if (r >= pad_end || t.c_row0 + r >= p.m) continue;
+    const int64_t row = t.c_row0 + r;
+    const bool pad = r >= t.rows;
+    const float w = pad ? 0.0f : __ldcg(p.row_scale + row);
+    const uint32_t* h = reinterpret_cast<const uint32_t*>(static_cast<const __nv_bfloat16*>(p.epi_in) + row * p.ld_in +
+                                                          2 * t.n0 + c0);
+    uint32_t* dh = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.c) + row * p.ldc + 2 * t.n0 + c0);
+    uint32_t* aw = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.c_aux) + row * p.ldc_aux + t.n0 + c0);
+#pragma unroll
+    for (int j0 = 0; j0 < kBN / 8; j0 += kB) {
+      uint32_t g[kB], u[kB];
+#pragma unroll
+      for (int jj = 0; jj < kB; ++jj) {  // word 8 * (j0 + jj) of the row: 16 columns per block
+        const bool in = !pad && t.n0 + 8 * (j0 + jj) + c0 < p.n;
+        g[jj] = in ? __ldcg(h + 8 * (j0 + jj)) : 0u;
+        u[jj] = in ? __ldcg(h + 8 * (j0 + jj) + 4) : 0u;
+      }
+#pragma unroll
+      for (int jj = 0; jj < kB; ++jj) {
+        const int j = j0 + jj;
+        if (t.n0 + 8 * j + c0 >= p.n) continue;  // n % 8 == 0: the pair is wholly in or out
+        if (pad) {
+          dh[8 * j] = 0u;
+          dh[8 * j + 4] = 0u;
+          aw[4 * j] = 0u;
+          continue;
+        }
+        const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g[jj]));
+        const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u[jj]));
+        float dg[2], du[2], av[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float gv = e ? gf.y : gf.x, uv = e ? uf.y : uf.x, da = acc(2 * rr + 4 * j + e);
+          const float sg = __fdividef(1.0f, 1.0f + __expf(-gv)), sl = gv * sg, act = sl * uv;
+          dot[rr] += da * act;
+          const float dA = w * da;
+          dg[e] = dA * uv * sg * (1.0f + gv * (1.0f - sg));
+          du[e] = dA * sl;
+          av[e] = w * act;
+        }
+        dh[8 * j] = pack_bf16x2(dg[0], dg[1]);
+        dh[8 * j + 4] = pack_bf16x2(du[0], du[1]);
+        aw[4 * j] = pack_bf16x2(av[0], av[1]);
+      }
+    }
+  }
+  // The row's sum over the quad's four lanes (same row, same branch above; the whole warp takes
+  // part), then one store per row.
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    dot[rr] += __shfl_xor_sync(0xffffffffu, dot[rr], 1);
+    dot[rr] += __shfl_xor_sync(0xffffffffu, dot[rr], 2);
+    const int r = r0 + 8 * rr;
+    if (lane % 4 == 0 && r < t.rows && t.c_row0 + r < p.m)
+      p.row_partial[int64_t(t.c_row0 + r) * p.num_n_tiles + t.n0 / kBN] = dot[rr];
+  }
+}
+
 // Lane 0 waits until the TMA has read the staging of all but the kPending most recent bulk groups
 // it issued (epilogue_tma), then the warp may write that staging again.
 template <int kPending>
@@ -924,6 +1016,9 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       walk.start_tile(keep_allowed(p, t), t.num_kb, along_n(a), keep_group(p, t), load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
+      if constexpr (!kAMn && !kBMn && kTail == 0) {
+        if (p.epilogue & kGemmEpiSwiGLUBackward) prefetch_preact<kBN>(p, t, ct);
+      }
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc);
       const bool tail = kTail > 0 && t.tail > 0;
@@ -990,6 +1085,16 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if constexpr (kTail > 0) warpgroup_fence_operand(acc_t);
       if (ct == 0) KOSMOS_GEMM_MARK(0, 2);
 
+      if constexpr (!kAMn && !kBMn && kTail == 0) {  // the only layout kGemmEpiSwiGLUBackward admits
+        if (p.epilogue & kGemmEpiSwiGLUBackward) {
+          epilogue_swiglu_backward<kBN>(p, t, acc, ct, lane);
+          if (ct == 0) {
+            KOSMOS_GEMM_MARK(0, 3);
+            KOSMOS_GEMM_NEXT(0);
+          }
+          continue;
+        }
+      }
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
         const uint32_t warp_stage = static_cast<uint32_t>(__cvta_generic_to_shared(epi_stage)) + cw * kEpiWarpBytes;
