@@ -101,7 +101,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
     g[kH1].desc.lda = H;
     g[kH1].desc.ldb = 2 * int64_t(I);
     g[kH1].desc.ldc = 2 * int64_t(I);
-    g[kH1].rule = GemmWaitRule{c_arrive, uint32_t(kBM), 0};  // counter = c_arrive + group
+    g[kH1].rule = GemmWaitRule{c_arrive, uint32_t(kBM), 0, c_arrive_all};  // c_arrive + group; joined (forward's GEMM1)
     g[kDAct] = spec(rows, I, H, MoeBuffer::kRecvDy, MoeBuffer::kDown, MoeBuffer::kDAct);
     g[kDAct].desc.lda = H;
     g[kDAct].desc.b_transposed = true;  // down_l stored [I, H] = [N, K]

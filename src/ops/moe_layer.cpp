@@ -380,7 +380,9 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     };
     ops::GemmProblemSpec g1 = grouped(2 * int64_t(I), H, kernels::gemm::kGemmEpiSwiGLU, MoeBuffer::kRecvX, MoeBuffer::kGateUp,
                                       MoeBuffer::kAct);
-    g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0};  // counter = c_arrive + group
+    // counter = c_arrive + group; joined by arrive_all (every dispatch into the rank signals it): once a
+    // CTA has seen it complete, its tiles check no counter (and, with the carry, load no counter).
+    g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0, c_arrive_all};
     if (cfg.save_activations) {  // GEMM1 also stores h1 = recv_x · gate_up for the backward
       g1.desc.epilogue |= kernels::gemm::kGemmEpiSavePreact;
       g1.desc.ldc_aux = 2 * int64_t(I);
