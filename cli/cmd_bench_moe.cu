@@ -110,9 +110,6 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_option("--bwd-combine-early", o->tuning.backward_combine_early,
                   "Backward: 1 claims the combine tasks before the dGateUp tiles, to run under them (MoeConfig::backward_combine_early; default 0)")
       ->check(CLI::Range(0, 1));
-  cmd->add_option("--bwd-swiglu-epilogue", o->tuning.backward_swiglu_epilogue,
-                  "Backward: 1 computes the SwiGLU backward in the dA' tiles' epilogue, no swiglu_backward tasks (MoeConfig::backward_swiglu_epilogue; default 0)")
-      ->check(CLI::Range(0, 1));
   cmd->add_option("--bwd-group", o->tuning.backward_group, "Backward: slot runs per claim group of H1 / dA' / dX (0: chosen)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--gemm2-run", o->tuning.gemm2_run, "Forward: worst-case slots per GEMM2 task (0: chosen)")->check(CLI::Range(0, 16));

@@ -11,6 +11,8 @@
 #     s: r38 (V) against r36 (V1) and the default, then each launch alone, both modes:
 #        run(command="V=r38 V1=r36 scripts/call35.sh nsjt", carry=["build/variants/r36", "build/variants/r38"]);
 #     j: KOSMOS_TRUST_JOIN=1 against the default (forward both models, Qwen3 saved backward);
+#     r: traces of the Qwen3 saved backward and the DeepSeek-V3 forward beside their launches alone
+#        (r39 = the session's final code = r35's device code): V=r39 scripts/call35.sh r;
 #     t: the whole GPU suite, engine and NCCL tests (the dispatch now zeroes recv_x / recv_dy padding
 #        rows and combine sums partials: every backward test runs that code, switch on or off).
 . "$(dirname "$0")/device_lib.sh"
@@ -66,6 +68,12 @@ for ((i = 0; i < ${#mode}; ++i)); do
           echo "qb trust=$tj r$round: $(moe_times $OUT/x/j-qb$tj-$round.txt) $(el)"
         done
       done ;;
+    r)  # traces: the saved backward (Qwen3; fused 6.335 vs unfused 6.213 in call 2) and the DeepSeek-V3
+        # forward (5.248 vs 5.106), each with its launches alone: where the fused launch loses
+      timeout 150 "$K" bench moe ${Q//,/ } ${B//,/ } --phase-times --trace-svg $OUT/x/bwd-trace.svg > $OUT/x/bwd-trace.txt 2>&1
+      echo "bwd trace rc=$? $(el)"; grep -v "^\[" $OUT/x/bwd-trace.txt | grep -vE "count  SM-busy|moe_(backward|forward):" | cut -c1-150 | head -45
+      timeout 120 "$K" bench moe ${D//,/ } --skip-cublas --phase-times --reps 10 --trace-svg $OUT/x/dfwd-trace.svg > $OUT/x/dfwd-trace.txt 2>&1
+      echo "DeepSeek fwd trace rc=$? $(el)"; grep -v "^\[" $OUT/x/dfwd-trace.txt | grep -vE "count  SM-busy|moe_forward:" | cut -c1-150 | head -40 ;;
     t)
       TEST_TIMEOUT=${TEST_TIMEOUT:-300} scripts/variants.sh tests $V 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
       mv $OUT/results.tgz $OUT/tests-$V.tgz; echo "suite $(el)" ;;

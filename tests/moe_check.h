@@ -418,15 +418,11 @@ inline MoeConfig moe_config(int W, int64_t T, int64_t H, int64_t I, int E, int k
 // gradients equal the recomputing backward's bit for bit (h1 is the same GEMM's accumulator, stored
 // by GEMM1's epilogue instead of recomputed), fused == unfused, run twice (the backward leaves the
 // saved activations intact), and against fp64. "" when all hold, else what failed.
-// swiglu_epilogue: MoeConfig::backward_swiglu_epilogue of both layers (the saved backward has then
-// four unfused launches: no swiglu_backward phase).
 inline std::string check_saved_activations(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing,
-                                           bool cpu, uint64_t seed, cudaStream_t st = nullptr, int max_ctas = 0,
-                                           int swiglu_epilogue = 0) {
+                                           bool cpu, uint64_t seed, cudaStream_t st = nullptr, int max_ctas = 0) {
   MoeConfig a = moe_config(W, T, H, I, E, k, cpu);
   a.backward = true;
   a.max_ctas = max_ctas;
-  a.backward_swiglu_epilogue = swiglu_epilogue;
   MoeConfig b = a;
   b.save_activations = true;
   std::unique_ptr<MoeLayer> A, B;
@@ -451,9 +447,7 @@ inline std::string check_saved_activations(int W, int64_t T, int64_t H, int64_t 
   for (int r = 0; r < W; ++r)
     if (read_y(*A, r) != read_y(*B, r)) return "y of rank " + std::to_string(r) + " differs between the plain and the saving forward" + what;
   if (auto e = check_moe(*B, hb); !e.empty()) return "saving forward vs fp64: " + e + what;
-  const size_t launches = swiglu_epilogue ? 4 : 5;
-  if (B->phase_names(true).size() != launches)
-    return "saved backward: expected " + std::to_string(launches) + " unfused launches (no route, offsets)" + what;
+  if (B->phase_names(true).size() != 5) return "saved backward: expected 5 unfused launches (no route, offsets)" + what;
   if (auto e = run(*A, A->run_backward_composition(true, st)); !e.empty()) return "backward (recompute): " + e + what;
   for (int rep = 0; rep < 2; ++rep)
     if (auto e = run(*B, B->run_backward_composition(true, st)); !e.empty()) return "backward (saved): " + e + what;

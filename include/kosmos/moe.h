@@ -127,11 +127,6 @@ struct MoeConfig {
   // wait for every dX tile, long finished by then); 0 (default): after every tile. Measured slower
   // (thirty-fourth session, H100, Qwen3 saved backward, two rounds: 6.301 -> 6.421 ms mean).
   int backward_combine_early = 0;
-  // Backward: 1 computes the SwiGLU backward in the dA' tiles' epilogue (kernels::gemm::
-  // kGemmEpiSwiGLUBackward: dH1, w · act and per-tile partial router-weight gradients straight from
-  // the accumulator; dA' is never stored and no swiglu_backward task runs; combine sums the partials).
-  // 0: dA' stored, then swiglu_backward tasks (the layout before the thirty-fifth session).
-  int backward_swiglu_epilogue = 0;
   // Backward claim order: dX tiles of a step are queued this many steps after its
   // swiglu_backward (0: chosen, about two waves; a value >= the step count: after all of them).
   int backward_dx_lag = 0;

@@ -106,14 +106,6 @@ void dispatch_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup
       std::memcpy(recv_x + row * H, x + size_t(entry / a.top_k) * H, size_t(H) * 2);
       recv_w[row] = w[entry];
     }
-  if (backward && s == uint32_t(a.world) - 1 && slice == 0)  // the groups' padding rows (see moe_tasks.h)
-    for (uint32_t e = a.b; e < a.c; ++e) {
-      const int64_t end = send_off[e] + cnt[e], pad_end = (end + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign;
-      for (int64_t row = end; row < pad_end; ++row) {
-        std::memset(recv_x + row * H, 0, size_t(H) * 2);
-        std::memset(recv_dy + row * H, 0, size_t(H) * 2);
-      }
-    }
 }
 
 void combine_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx) {
@@ -133,13 +125,8 @@ void combine_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup,
       if (backward) dw[i] = 0.0f;
       if (pos[i] < 0) continue;
       const int32_t e = ids[i];
-      if (backward) {  // the sum of the row's a.a partials (0: one), in order
-        const uint32_t P = std::max(1u, a.a);
-        const float* part = buf<float>(lookup, ctx, kMoeRecvDw, uint32_t(e) / a.local_experts) + size_t(send_off[e] + pos[i]) * P;
-        float v = 0.0f;
-        for (uint32_t q = 0; q < P; ++q) v += part[q];
-        dw[i] = v;
-      }
+      if (backward)
+        dw[i] = buf<float>(lookup, ctx, kMoeRecvDw, uint32_t(e) / a.local_experts)[send_off[e] + pos[i]];
       const uint16_t* row = buf<uint16_t>(lookup, ctx, kMoeOut, uint32_t(e) / a.local_experts) + size_t(send_off[e] + pos[i]) * H;
       for (uint32_t h = 0; h < H; ++h) acc[h] += gemm::bf16_to_float(row[h]);
     }
@@ -151,7 +138,7 @@ void combine_host(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup,
 // zeros; see moe_tasks.h.
 void swiglu_backward_rows(const plan::Task& t, const MoeArgs& a, MoeBufferLookup lookup, const void* ctx, int64_t row0,
                           int64_t rows_valid, int64_t rows_total) {
-  const uint32_t d = t.rank, I = a.intermediate;
+  const uint32_t d = t.rank, H = a.hidden, I = a.intermediate;
   const uint16_t* h1 = buf<uint16_t>(lookup, ctx, kMoeH1, d);
   const uint16_t* dap = buf<uint16_t>(lookup, ctx, kMoeDAct, d);
   const float* recv_w = buf<float>(lookup, ctx, kMoeRecvW, d);
@@ -174,7 +161,11 @@ void swiglu_backward_rows(const plan::Task& t, const MoeArgs& a, MoeBufferLookup
     }
     recv_dw[row] = dot;
   }
+  uint16_t* recv_x = buf<uint16_t>(lookup, ctx, kMoeRecvX, d);
+  uint16_t* recv_dy = buf<uint16_t>(lookup, ctx, kMoeRecvDy, d);
   for (int64_t row = row0 + rows_valid; row < row0 + rows_total; ++row) {
+    std::memset(recv_x + row * H, 0, size_t(H) * 2);
+    std::memset(recv_dy + row * H, 0, size_t(H) * 2);
     std::memset(act_w + row * I, 0, size_t(I) * 2);
     std::memset(dh1 + row * 2 * I, 0, size_t(I) * 4);
   }

@@ -244,18 +244,6 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
     }
     row_base += mine;
   }
-  if (backward && s == uint32_t(a.world) - 1 && slice == 0) {  // the groups' padding rows (moe_tasks.h)
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    for (uint32_t e = a.b; e < a.c; ++e) {
-      const int32_t end = __ldcg(send_off + e) + __ldcg(cnt + e);
-      const int32_t pad = (end + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign - end;
-      for (int32_t r = warp_idx; r < pad; r += num_warps)
-        for (uint32_t v = lane_idx; v < vecs; v += 32) {
-          recv_x[size_t(end + r) * vecs + v] = z;
-          recv_dy[size_t(end + r) * vecs + v] = z;
-        }
-    }
-  }
 }
 
 __device__ __forceinline__ void combine(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
@@ -280,11 +268,7 @@ __device__ __forceinline__ void combine(const plan::Task& t, const MoeArgs& a, c
         const uint32_t d = uint32_t(e) / a.local_experts;
         const int32_t src_row = __ldcg(send_off + e) + p;
         row = static_cast<const uint4*>(ctx.buffer(kMoeOut, d)) + size_t(src_row) * vecs;
-        if (backward) {  // the sum of the row's a.a partials (0: one), in order
-          const uint32_t P = max(1u, a.a);
-          const float* part = static_cast<const float*>(ctx.buffer(kMoeRecvDw, d)) + size_t(src_row) * P;
-          for (uint32_t q = 0; q < P; ++q) dwv += __ldcg(part + q);
-        }
+        if (backward) dwv = __ldcg(static_cast<const float*>(ctx.buffer(kMoeRecvDw, d)) + src_row);
       }
       if (backward) dw[i] = dwv;
     }
@@ -319,7 +303,7 @@ __device__ __forceinline__ void combine(const plan::Task& t, const MoeArgs& a, c
 // deterministic.
 __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
                                                 char* smem, int num_threads) {
-  const uint32_t d = t.rank, L = a.local_experts, I = a.intermediate;
+  const uint32_t d = t.rank, L = a.local_experts, H = a.hidden, I = a.intermediate;
   const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
   const int32_t* layout = static_cast<const int32_t*>(ctx.buffer(kMoeLayout, d));
   int32_t* s_row0 = reinterpret_cast<int32_t*>(smem);          // [slots] first row
@@ -358,14 +342,20 @@ __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeAr
   uint4* dh1 = static_cast<uint4*>(ctx.buffer(kMoeDH1, d));
   uint4* act_w = static_cast<uint4*>(ctx.buffer(kMoeAct, d));
   float* recv_dw = static_cast<float*>(ctx.buffer(kMoeRecvDw, d));
-  const uint32_t iv = I / 8;  // 16-byte vectors per row of act
+  uint4* recv_x = static_cast<uint4*>(ctx.buffer(kMoeRecvX, d));
+  uint4* recv_dy = static_cast<uint4*>(ctx.buffer(kMoeRecvDy, d));
+  const uint32_t iv = I / 8, hv = H / 8;  // 16-byte vectors per row of act / of x
   int i = 0;
   for (int32_t n = warp_idx; n < total; n += num_warps) {
     while (n >= s_first[i + 1]) ++i;
     const int32_t local = n - s_first[i];
     const size_t row = size_t(s_row0[i] + local);
-    if (local >= s_valid[i]) {  // padding row: zeros in dH1 and act (the dispatch zeroed recv_x, recv_dy)
+    if (local >= s_valid[i]) {  // padding row: zeros in every operand of the grouped-K GEMMs
       const uint4 z = make_uint4(0, 0, 0, 0);
+      for (uint32_t v = lane_idx; v < hv; v += 32) {
+        recv_x[row * hv + v] = z;
+        recv_dy[row * hv + v] = z;
+      }
       for (uint32_t v = lane_idx; v < iv; v += 32) {
         act_w[row * iv + v] = z;
         dh1[row * 2 * iv + 2 * v] = z;

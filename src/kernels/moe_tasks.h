@@ -31,16 +31,12 @@
 //                                     saved by the forward's GEMM1 (MoeConfig::save_activations)
 //   kDAct    [rows_pad, I]     bf16   dA' = recv_dy · downᵀ (not scaled by w)
 //   kDH1     [rows_pad, 2I]    bf16   dH1 = SwiGLU'(h1) ⊙ (w · dA'), interleaved
-//   kRecvDw  [rows_pad, P]     fp32   <dA', act> per received row (the router-weight gradient); P = 1,
-//                                     or (MoeConfig::backward_swiglu_epilogue) one partial per dA' n
-//                                     tile, summed in order by combine (payload a = P)
+//   kRecvDw  [rows_pad]        fp32   <dA', act> per received row (the router-weight gradient)
 //   and reused:  kAct = w · act [rows_pad, I] (dD's A operand), kOut = dX rows [rows_pad, H].
 // rows_pad = W T k + L (kMoeRowAlign - 1): with kMoeFlagBackward the offsets task pads every
-// group's first row to a multiple of kMoeRowAlign = 64 (the GEMM k block), and ZEROS go into the
-// padding rows of every operand of the grouped-K weight-gradient GEMMs, so a k block that runs past
-// a group's end adds nothing: recv_x and recv_dy by the dispatch from the last source rank (W - 1,
-// whose rows end each group), act and dH1 by the SwiGLU-backward task (or, with the SwiGLU backward
-// in the dA' epilogue, by the group's last dA' tile: kernels::gemm::kGemmEpiSwiGLUBackward).
+// group's first row to a multiple of kMoeRowAlign = 64 (the GEMM k block), and the SwiGLU-backward
+// task writes ZEROS into the padding rows of every operand of the grouped-K weight-gradient GEMMs
+// (recv_x, recv_dy, act, dH1), so a k block that runs past a group's end adds nothing.
 //
 //   swiglu_backward(d, slots [a, a + b)): slots as the grouped GEMMs number them (group-major
 //                128-row blocks, from group_m); for each row of group g in the slot with
@@ -48,8 +44,7 @@
 //                  gate, up from h1; s = sigmoid(gate); act = gate s up; dot = Σ_c dA'[c] act[c]
 //                  recv_dw = dot; dA = w dA'; dgate = dA up s (1 + gate (1 - s)); dup = dA gate s
 //                  act_w = w act;  dH1 = (dgate, dup) interleaved
-//                and for the padding rows i in [group_m[g], round_up(group_m[g], 64)): zeros in
-//                act_w and dH1.
+//                and for the padding rows i in [group_m[g], round_up(group_m[g], 64)): zeros.
 //
 // Tasks:
 //   route(s):    cnt[e] = #entries of s for e; pos[t k + j] = rank of (t, j) among s's entries for
@@ -66,9 +61,7 @@
 //                for e start on d. Source-major inside a group: rows of e on d are s = 0, 1, ....
 //   dispatch(s, d, experts [e0, e1) of d, slice): for every entry of s for e in the range, row i
 //                with i % num_slices == slice:
-//                recv_x_d[send_off_s[e] + i] = x_s[t], recv_w_d[...] = w_s[t, j]. Backward, s = W - 1
-//                and slice 0: also zeros in recv_x_d, recv_dy_d rows [end, round_up(end, 64)) of each
-//                expert, end = send_off_s[e] + cnt_s[e] (the group's padding).
+//                recv_x_d[send_off_s[e] + i] = x_s[t], recv_w_d[...] = w_s[t, j].
 //   combine(s, tokens [t0, t1)): y_s[t] = bf16( Σ_{j = 0..k-1, in order} float(out_d[send_off_s[e] + pos]) )
 //                with d = e / L (fp32 sum in slot order; no atomics; dropped slots add nothing).
 #pragma once
@@ -122,8 +115,7 @@ inline constexpr int kMoeSlotsPerTaskMax = 64;     // swiglu_backward: slots per
 //   offsets: -
 //   dispatch: a = destination rank d | slice << 16 | num_slices << 24 (rows i % num_slices == slice;
 //             num_slices 0 means 1), b = first expert (global id), c = one past the last
-//   combine:  b = first token, c = one past the last token; backward: a = partials per kRecvDw row
-//             (0 means 1)
+//   combine:  b = first token, c = one past the last token
 //   swiglu_backward: a = first slot, b = number of slots (<= kMoeSlotsPerTaskMax)
 // flags (kMoeFlagBackward): offsets pad group offsets; dispatch also moves dy rows; combine sums
 // kOut into kDx and gathers kRecvDw into kDWeights. kMoeFlagPadRows (forward of a layer with

@@ -23,13 +23,6 @@
 //                                                         \-> (all runs) -> dD, dGU tiles of d
 // The dX / dD / dGU tiles read with TMA what generic stores wrote (swiglu_backward), after
 // claim-time waits: the op kernel fences the async proxy for every such GEMM tile (op_kernel.cu).
-//
-// MoeConfig::backward_swiglu_epilogue: the dA' tiles do swiglu_backward's work in their epilogue
-// (kGemmEpiSwiGLUBackward: dH1 and act_w from the accumulator, partial <dA', act> per n tile into
-// recv_dw [rows, P], which combine sums in order). No swiglu_backward task and no dA' store; the dA'
-// tiles signal ew[i] / ew_all themselves. Saved: they stay in the H1 / dA' phase and step. Not saved:
-// they wait for their run's H1 tiles (g1run[i], then H1 tiles only) and take swiglu_backward's place
-// in the claim order and the phases.
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -60,13 +53,12 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   // (problem 5d + kH1 stays in the list, unused, so the indices hold). The unfused composition then
   // has 5 launches (empty phases are left out).
   const bool saved = cfg.save_activations;
-  const bool epi = cfg.backward_swiglu_epilogue != 0;  // the SwiGLU backward in dA''s epilogue
   dp.phase_names = {"route count",
                     "route",
                     "offsets",
                     saved ? "dispatch (dy)" : "dispatch",
-                    saved ? (epi ? "dA' + SwiGLU backward" : "dA'") : (epi ? "H1" : "H1 + dA'"),
-                    epi ? "dA' + SwiGLU backward" : "swiglu_backward",
+                    saved ? "dA'" : "H1 + dA'",
+                    "swiglu_backward",
                     "dX + dDown + dGateUp",
                     "combine"};
   static_assert(kNumPhases == 8, "one name per phase");
@@ -101,25 +93,13 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
     g[kH1].desc.lda = H;
     g[kH1].desc.ldb = 2 * int64_t(I);
     g[kH1].desc.ldc = 2 * int64_t(I);
-    g[kH1].rule = GemmWaitRule{c_arrive, uint32_t(kBM), 0, c_arrive_all};  // c_arrive + group; joined (forward's GEMM1)
+    g[kH1].rule = GemmWaitRule{c_arrive, uint32_t(kBM), 0};  // counter = c_arrive + group
     g[kDAct] = spec(rows, I, H, MoeBuffer::kRecvDy, MoeBuffer::kDown, MoeBuffer::kDAct);
     g[kDAct].desc.lda = H;
     g[kDAct].desc.b_transposed = true;  // down_l stored [I, H] = [N, K]
     g[kDAct].desc.ldb = H;
     g[kDAct].desc.ldc = I;
     g[kDAct].rule = g[kH1].rule;
-    if (epi) {  // dA' -> dH1 [rows, 2I], w · act, partial router-weight gradients (gemm_params.h)
-      g[kDAct].c_buffer = uint32_t(MoeBuffer::kDH1);
-      g[kDAct].desc.ldc = 2 * int64_t(I);
-      g[kDAct].desc.epilogue = kernels::gemm::kGemmEpiSwiGLUBackward | kernels::gemm::kGemmEpiRowScale;
-      g[kDAct].row_scale_buffer = uint32_t(MoeBuffer::kRecvW);
-      g[kDAct].c_aux_buffer = uint32_t(MoeBuffer::kAct);
-      g[kDAct].desc.ldc_aux = I;
-      g[kDAct].epi_in_buffer = uint32_t(MoeBuffer::kH1);
-      g[kDAct].desc.ld_in = 2 * int64_t(I);
-      g[kDAct].row_partial_buffer = uint32_t(MoeBuffer::kRecvDw);
-      g[kDAct].desc.pad_rows = kernels::kMoeRowAlign;
-    }
     g[kDX] = spec(rows, H, 2 * int64_t(I), MoeBuffer::kDH1, MoeBuffer::kGateUp, MoeBuffer::kOut);
     g[kDX].desc.lda = 2 * int64_t(I);
     g[kDX].desc.b_transposed = true;  // gate_up_l stored [H, 2I] = [N, K]
@@ -144,9 +124,6 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
     for (int j = 0; j < kNumProblems; ++j) {  // validate shapes now (no TMA encode)
       kernels::gemm::GemmDesc probe = g[j].desc;
       probe.a = probe.b = probe.c = reinterpret_cast<void*>(uintptr_t(4096));
-      probe.row_scale = probe.row_partial = reinterpret_cast<float*>(uintptr_t(4096));
-      probe.c_aux = reinterpret_cast<void*>(uintptr_t(4096));
-      probe.epi_in = probe.c_aux;
       probe.encode_tma = false;
       Status st = kernels::gemm::make_gemm_params(probe, &pp[j]);
       if (!st) return Status(st.code(), std::string("MoE backward ") + kNames[j] + ": " + st.message());
@@ -197,32 +174,19 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   auto wait_layout = [&](TaskRec& t) {
     if (!saved) t.waits.push_back({c_layout, 1});
   };
-  // The GEMM tiles of problem j at step s, n-major over its runs. With the SwiGLU backward in its
-  // epilogue, a dA' tile is what swiglu_backward(run) was to its consumers (ew, ew_all).
-  auto gemm_tiles = [&](uint32_t d, uint32_t s, int j, int phase) {
-    steps.for_each_tile(s, pp[j].num_n_tiles, [&](uint32_t ri, int nb) {
-      const GemmTileArgs a = steps.tile_args(kNumProblems * d + uint32_t(j), ri, nb);
-      TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), phase);
-      wait_layout(t);  // the tile maps slots through group_m at its start
-      t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
-      if (j == kDAct && epi) {
-        if (!saved) t.waits.push_back({c_g1run + ri, plan::kWaitAll});  // its run's h1
-        t.signals.push_back({c_ew + ri, uint16_t(d), 1});
-        t.signals.push_back({c_ew_all, uint16_t(d), 1});
-      } else {
+  auto gemm1 = [&](uint32_t d, uint32_t s) {  // H1 (unless saved) and dA' tiles of step s, n-major over its runs
+    for (int j : {kH1, kDAct}) {
+      if (j == kH1 && saved) continue;  // the forward stored h1
+      steps.for_each_tile(s, pp[j].num_n_tiles, [&](uint32_t ri, int nb) {
+        const GemmTileArgs a = steps.tile_args(kNumProblems * d + uint32_t(j), ri, nb);
+        TaskRec& t = add(TaskKind::kGemmTile, d, &a, sizeof(a), kGemm1);
+        wait_layout(t);  // the tile maps slots through group_m at its start
+        t.waits.push_back({c_arrive_all, plan::kWaitAll | plan::kDeferredWait});
         t.signals.push_back({c_g1run + ri, uint16_t(d), 1});
-      }
-    });
-  };
-  auto gemm1 = [&](uint32_t d, uint32_t s) {  // H1 (unless saved) and dA' tiles of step s
-    if (!saved) gemm_tiles(d, s, kH1, kGemm1);  // (saved: the forward stored h1)
-    if (saved || !epi) gemm_tiles(d, s, kDAct, kGemm1);
+      });
+    }
   };
   auto swiglu = [&](uint32_t d, uint32_t s) {
-    if (epi) {  // dA' with the SwiGLU backward, after its run's H1 tiles (saved: nothing left to do)
-      if (!saved) gemm_tiles(d, s, kDAct, kSwiglu);
-      return;
-    }
     for (uint32_t ri = steps.first_run(s); ri < steps.end_run(s); ++ri) {
       const auto a = moe_args(runs.start(ri), runs.count(ri), 0);
       TaskRec& t = add(TaskKind::kMoeSwigluBackward, d, &a, sizeof(a), kSwiglu);
@@ -272,8 +236,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
   auto combine = [&] {
     for (uint32_t t0 = 0; t0 < T; t0 += tpt)
       for (uint32_t s = 0; s < W; ++s) {
-        // a: the router-weight gradient's partials per received row (recv_dw [rows, P]; 0: one value)
-        const auto a = moe_args(epi ? uint32_t(pp[kDAct].num_n_tiles) : 0u, t0, std::min(T, t0 + tpt));
+        const auto a = moe_args(0, t0, std::min(T, t0 + tpt));
         TaskRec& t = add(TaskKind::kMoeCombine, s, &a, sizeof(a), kCombine);
         wait_layout(t);
         wait_routed(t, front, saved);  // reads pos
@@ -317,7 +280,7 @@ Status plan_backward(const MoeConfig& cfg, const RankBuffers& mem, int ctas, int
      << (saved ? std::string("0 (saved by the forward)") : std::to_string(pp[kH1].num_n_tiles)) << " + dA' " << pp[kDAct].num_n_tiles << ", dX " << pp[kDX].num_n_tiles << "; dDown "
      << pp[kDDown].num_m_tiles << "x" << pp[kDDown].num_n_tiles << " tiles, " << dw_raster[0] << "; dGateUp "
      << pp[kDGateUp].num_m_tiles << "x" << pp[kDGateUp].num_n_tiles << " tiles, " << dw_raster[1] << "], "
-     << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward" << (epi ? " (the SwiGLU backward in dA''s epilogue)" : "") << " [lag " << lag << ", dX " << lag_dx << " later" << (dx_expert_major ? ", dX expert-major" : "") << "], "
+     << kinds[size_t(TaskKind::kMoeSwigluBackward)] << " swiglu_backward [lag " << lag << ", dX " << lag_dx << " later" << (dx_expert_major ? ", dX expert-major" : "") << "], "
      << kinds[size_t(TaskKind::kMoeCombine)] << " combine [" << tpt << " tokens each" << (combine_early ? ", before dGateUp" : "") << "]), " << dp.num_counters
      << " counters/rank";
   dp.summary = os.str();

@@ -110,10 +110,9 @@ MoeBufferInfo moe_buffer_info(const MoeConfig& c, MoeBuffer b) {
     case MoeBuffer::kDDown: return {bw * L * I, H, 2};
     case MoeBuffer::kRecvDy: return {bw * rows_max, H, 2};
     case MoeBuffer::kH1: return {bw * rows_max, 2 * I, 2};
-    case MoeBuffer::kDAct: return {c.backward_swiglu_epilogue ? 0 : bw * rows_max, I, 2};  // not stored then
+    case MoeBuffer::kDAct: return {bw * rows_max, I, 2};
     case MoeBuffer::kDH1: return {bw * rows_max, 2 * I, 2};
-    // One value per row, or (backward_swiglu_epilogue) one per dA' n tile: at most I / 64 of them.
-    case MoeBuffer::kRecvDw: return {bw * rows_max, c.backward_swiglu_epilogue ? (I + 63) / 64 : 1, 4};
+    case MoeBuffer::kRecvDw: return {bw * rows_max, 1, 4};
     case MoeBuffer::kCount: break;
   }
   return {};
@@ -175,8 +174,7 @@ Status validate(const MoeConfig& c) {
   for (const auto& [name, value] : {std::pair{"gemm1_expert_major", c.gemm1_expert_major},
                                     {"gemm2_expert_major", c.gemm2_expert_major},
                                     {"backward_expert_major", c.backward_expert_major},
-                                    {"backward_combine_early", c.backward_combine_early},
-                                    {"backward_swiglu_epilogue", c.backward_swiglu_epilogue}})
+                                    {"backward_combine_early", c.backward_combine_early}})
     KOSMOS_CHECK(value == 0 || value == 1, "MoE ", name, " = ", value, ", expected 0 (off) or 1 (on)");
   KOSMOS_CHECK(c.gemm2_n_run >= 0 && c.gemm2_n_run <= 16, "MoE gemm2_n_run = ", c.gemm2_n_run,
                ", expected 0 (chosen) or 1..16");
@@ -380,9 +378,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     };
     ops::GemmProblemSpec g1 = grouped(2 * int64_t(I), H, kernels::gemm::kGemmEpiSwiGLU, MoeBuffer::kRecvX, MoeBuffer::kGateUp,
                                       MoeBuffer::kAct);
-    // counter = c_arrive + group; joined by arrive_all (every dispatch into the rank signals it): once a
-    // CTA has seen it complete, its tiles check no counter (and, with the carry, load no counter).
-    g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0, c_arrive_all};
+    g1.rule = ops::GemmWaitRule{c_arrive, uint32_t(kBM), 0};  // counter = c_arrive + group
     if (cfg.save_activations) {  // GEMM1 also stores h1 = recv_x · gate_up for the backward
       g1.desc.epilogue |= kernels::gemm::kGemmEpiSavePreact;
       g1.desc.ldc_aux = 2 * int64_t(I);

@@ -24,24 +24,15 @@ struct RuntimeGemmWaiter {
   const runtime::TaskContext* ctx;
   const plan::Task* task;
   GemmWaitRule rule;
-  uint32_t problem_index;
   uint32_t last = 0xFFFFFFFFu;
   bool all_arrived = false;
   // Returns true when it waited on a counter (the caller then fences the async proxy).
   __device__ __forceinline__ bool operator()(int m_block, int k_block) {
     if (rule.counter_base == GemmWaitRule::kNoWait || all_arrived) return false;
-    if (rule.join_counter != GemmWaitRule::kNoWait && last == 0xFFFFFFFFu) {
-      // KOSMOS_TRUST_JOIN (experiment): this thread's next_ready saw the join complete earlier in the
-      // launch (its acquire and the async-proxy fence before the carried loads precede this call).
-      if (ctx->p->trust_join && carries() && problem_index < 64 &&
-          ((ctx->ahead->carry.flags >> problem_index) & 1u)) {
-        all_arrived = true;
-        return false;
-      }
-      if (ctx->counter_complete(*task, rule.join_counter)) {
-        all_arrived = true;  // every counter of the rule is complete: no more loads in this task
-        return true;
-      }
+    if (rule.join_counter != GemmWaitRule::kNoWait && last == 0xFFFFFFFFu &&
+        ctx->counter_complete(*task, rule.join_counter)) {
+      all_arrived = true;  // every counter of the rule is complete: no more loads in this task
+      return true;
     }
     const uint32_t c = rule.counter_base +
                        (rule.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / rule.m_rows : 0u) +
@@ -193,7 +184,7 @@ struct OpBody {
       if (ctx.thread_idx == 0 && t.num_waits > 0) runtime::fence_proxy_async_global();
       const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.body);
       const auto args = t.args<kernels::gemm::GemmTileArgs>();
-      RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem], args.problem};
+      RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem]};
       kernels::gemm::gemm_tile<RuntimeGemmWaiter, kMergedTails>(body.problems[args.problem], args, smem, ctx.thread_idx,
                                                                   waiter);
     } else if (t.kind == plan::TaskKind::kReduceTile) {

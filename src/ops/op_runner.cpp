@@ -112,8 +112,6 @@ Status OpRunner::prepare(cudaStream_t stream) {
     d.c = ptr(s.c_buffer, s.c_rank == kNoBuffer ? s.rank : s.c_rank, s.c_offset);
     if (s.row_scale_buffer != kNoBuffer) d.row_scale = static_cast<const float*>(ptr(s.row_scale_buffer, s.rank, s.row_scale_offset));
     if (s.c_aux_buffer != kNoBuffer) d.c_aux = ptr(s.c_aux_buffer, s.rank, s.c_aux_offset);
-    if (s.epi_in_buffer != kNoBuffer) d.epi_in = ptr(s.epi_in_buffer, s.rank, 0);
-    if (s.row_partial_buffer != kNoBuffer) d.row_partial = static_cast<float*>(ptr(s.row_partial_buffer, s.rank, 0));
     d.encode_tma = gpu_ != nullptr;
     if (gpu_) d.num_sms = gpu_->num_sms();
     kernels::gemm::GemmParams p;

@@ -27,8 +27,6 @@ struct GemmProblemSpec {
   uint32_t a_buffer = kNoBuffer, b_buffer = kNoBuffer, c_buffer = kNoBuffer, row_scale_buffer = kNoBuffer;
   uint32_t c_rank = kNoBuffer;  // rank whose C buffer receives the tile (kNoBuffer: `rank`)
   uint32_t c_aux_buffer = kNoBuffer;  // kGemmEpiSavePreact: where the pre-activation goes (rank `rank`)
-  // kGemmEpiSwiGLUBackward: the pre-activation it reads and the partial sums it writes (rank `rank`).
-  uint32_t epi_in_buffer = kNoBuffer, row_partial_buffer = kNoBuffer;
   uint64_t a_offset = 0, b_offset = 0, c_offset = 0, row_scale_offset = 0, c_aux_offset = 0;
   GemmWaitRule rule;
 };

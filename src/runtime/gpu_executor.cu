@@ -193,7 +193,6 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   for (const plan::Task& t : plan.tasks) gemm_only &= t.kind == plan::TaskKind::kGemmTile;
   p.ring_carry = carry == 2 || (carry == 1 && gemm_only) ? 1u : 0u;
   p.publish = env_override("KOSMOS_PUBLISH", options.publish);
-  p.trust_join = env_override("KOSMOS_TRUST_JOIN", 0) != 0 ? 1u : 0u;
   KOSMOS_CHECK(p.publish <= kPublishWarp1Relaxed, "GpuOptions::publish must be 0, 1 or 2 (got ", p.publish,
                "; KOSMOS_PUBLISH overrides it)");
   *out = std::move(ex);

@@ -40,10 +40,6 @@ struct KernelParamsHeader {
   uint32_t claim_ahead;         // ClaimAhead: 0 off, 1 bodies may claim their CTA's next task, 2 every task does (tests)
   uint32_t ring_carry;          // 1: a GEMM tile loads its CTA's next (claimed-ahead, ready) GEMM tile's first k blocks
   uint32_t publish;             // PublishMode: who releases a finished task's signals, and how
-  // Experiment (KOSMOS_TRUST_JOIN=1, thirty-fifth session): a GEMM tile's in-body waiter skips its
-  // join check (an acquire load, then an async-proxy fence) when the CTA's producer already saw that
-  // problem's join complete in this launch (the carry's launch-long bit).
-  uint32_t trust_join;
 };
 
 // The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:

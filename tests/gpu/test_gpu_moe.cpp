@@ -118,12 +118,10 @@ namespace {
 // Backward: every gradient against fp64 and the unfused composition (7 launches) bit for bit.
 // dw_tile_n: the weight gradients' tile width (0: chosen).
 void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Routing routing, int graph_replays = 0,
-                      int combine_tpt = 0, int dw_tile_n = 0, bool dx_expert_major = false, bool combine_early = false,
-                      int swiglu_epilogue = 0) {
+                      int combine_tpt = 0, int dw_tile_n = 0, bool dx_expert_major = false, bool combine_early = false) {
   MoeConfig c = moe_config(W, T, H, I, E, k, false);
   c.backward = true;
   c.backward_combine_early = combine_early ? 1 : 0;
-  c.backward_swiglu_epilogue = swiglu_epilogue;
   c.combine_tokens_per_task = combine_tpt;
   c.backward_dw_tile_n = dw_tile_n;
   if (dx_expert_major) {  // dX in one-slot runs claimed one by one, remapped expert-major
@@ -136,7 +134,6 @@ void run_moe_backward(int W, int64_t T, int64_t H, int64_t I, int E, int k, Rout
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   if (dx_expert_major) ASSERT_NE(L->describe().find("dX expert-major"), std::string::npos) << L->describe();
   if (combine_early) ASSERT_NE(L->describe().find("before dGateUp"), std::string::npos) << L->describe();
-  ASSERT_EQ(L->describe().find("in dA''s epilogue") != std::string::npos, swiglu_epilogue == 1) << L->describe();
   MoeHost h{c};
   fill_moe_backward(*L, h, 5151 + W + T + E, routing);
   cudaStream_t st;
@@ -359,24 +356,4 @@ TEST(GpuMoeExpertMajor, BackwardDxMatchesFp64AndUnfused) {
 TEST(GpuMoeBackwardOrder, CombineBeforeDGateUp) {
   SKIP_WITHOUT_GPU();
   for (int W : {1, 8}) run_moe_backward(W, 600, 512, 256, 8 * W, 4, Routing::kSkewedWithDrops, 0, 0, 0, false, true);
-}
-
-// MoeConfig::backward_swiglu_epilogue: the SwiGLU backward in the dA' tiles' epilogue
-// (kGemmEpiSwiGLUBackward; dA' never stored, partial router-weight gradients per n tile). Gradients
-// against fp64 and the unfused composition bit for bit, W = 1 and 8, empty experts, dropped slots,
-// ragged H / I (several dA' n tiles, a partial last one), the 128 x 256 tile with many k blocks; the
-// saved backward (four launches) equal to the recomputing one.
-TEST(GpuMoeSwigluEpilogue, MatchesFp64AndUnfused) {
-  SKIP_WITHOUT_GPU();
-  for (int W : {1, 8}) {
-    run_moe_backward(W, 1, 256, 128, 8 * W, 2, Routing::kSkewedWithDrops, 0, 0, 0, false, false, 1);
-    run_moe_backward(W, 200, 512, 256, 4 * W, 8, Routing::kSkewedWithDrops, 0, 0, 0, false, false, 1);
-    run_moe_backward(W, 77, 264, 136, 8, 4, Routing::kSkewed, 0, 0, 0, false, false, 1);
-  }
-  run_moe_backward(1, 600, 512, 320, 8, 4, Routing::kUniform, 0, 0, 0, true, false, 1);  // dX expert-major
-  cudaStream_t st;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  EXPECT_EQ(check_saved_activations(1, 256, 2048, 1024, 32, 8, Routing::kSkewed, false, 63, st, 0, 1), "");
-  EXPECT_EQ(check_saved_activations(2, 77, 264, 136, 8, 4, Routing::kSkewedWithDrops, false, 64, st, 0, 1), "");
-  cudaStreamDestroy(st);
 }

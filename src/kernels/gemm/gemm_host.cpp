@@ -72,8 +72,7 @@ bool env_off(const char* name) {
 // And only when the output rows are whole 16-byte chunks: the H200 clipped a TMA store at n_out
 // only to the 16-byte chunk (n_out = 7 or 300 wrote the padding columns up to the next multiple of 8).
 bool tma_store_applies(const GemmDesc& d, int64_t n_out) {
-  // (kGemmEpiSwiGLUBackward stores from the accumulator's registers, not through the staging.)
-  if (!d.tma_store || (d.epilogue & (kGemmEpiAccumulate | kGemmEpiSwiGLUBackward)) || n_out % 8 != 0) return false;
+  if (!d.tma_store || (d.epilogue & kGemmEpiAccumulate) || n_out % 8 != 0) return false;
   static const bool disabled = env_off("KOSMOS_GEMM_TMA_STORE");
   if (disabled) return false;
   cudaPointerAttributes attr{};
@@ -112,31 +111,8 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
                ", k = ", d.k);
   KOSMOS_CHECK(d.m < (int64_t(1) << 31) && d.n < (int64_t(1) << 31) && d.k < (int64_t(1) << 31),
                "GEMM sizes must be < 2^31, got m = ", d.m, ", n = ", d.n, ", k = ", d.k);
-  KOSMOS_CHECK((d.epilogue & ~uint32_t(kGemmEpiAccumulate | kGemmEpiRowScale | kGemmEpiSwiGLU | kGemmEpiSavePreact |
-                                       kGemmEpiSwiGLUBackward)) == 0,
+  KOSMOS_CHECK((d.epilogue & ~uint32_t(kGemmEpiAccumulate | kGemmEpiRowScale | kGemmEpiSwiGLU | kGemmEpiSavePreact)) == 0,
                "GEMM epilogue flags 0x", std::hex, d.epilogue, " contain unknown bits");
-  const bool swiglu_bwd = (d.epilogue & kGemmEpiSwiGLUBackward) != 0;
-  if (swiglu_bwd) {
-    KOSMOS_CHECK(d.epilogue == (kGemmEpiSwiGLUBackward | kGemmEpiRowScale),
-                 "GEMM epilogue kGemmEpiSwiGLUBackward goes with kGemmEpiRowScale only, got flags 0x", std::hex,
-                 d.epilogue);
-    KOSMOS_CHECK(!d.a_col_major && d.b_transposed && !d.grouped_k && !d.merge_tails,
-                 "GEMM epilogue kGemmEpiSwiGLUBackward needs A row-major, B [n, k], no grouped K, no merged tails "
-                 "(a_col_major = ", d.a_col_major, ", b_transposed = ", d.b_transposed, ", grouped_k = ", d.grouped_k,
-                 ", merge_tails = ", d.merge_tails, ")");
-    KOSMOS_CHECK(d.n % 8 == 0, "GEMM epilogue kGemmEpiSwiGLUBackward needs n % 8 == 0, got n = ", d.n);
-    KOSMOS_CHECK(d.epi_in != nullptr && d.c_aux != nullptr && d.row_partial != nullptr,
-                 "GEMM epilogue kGemmEpiSwiGLUBackward needs epi_in, c_aux and row_partial (got ", d.epi_in, ", ",
-                 d.c_aux, ", ", static_cast<const void*>(d.row_partial), ")");
-    KOSMOS_CHECK(aligned16(d.epi_in) && aligned16(d.c_aux), "GEMM epi_in = ", d.epi_in, " and c_aux = ", d.c_aux,
-                 " must be 16-byte aligned");
-    KOSMOS_CHECK(d.ld_in >= 2 * d.n && d.ld_in % 8 == 0, "GEMM ld_in = ", d.ld_in, " must be >= 2 n = ", 2 * d.n,
-                 " and a multiple of 8 elements");
-    KOSMOS_CHECK(d.ldc_aux >= d.n && d.ldc_aux % 8 == 0, "GEMM ldc_aux = ", d.ldc_aux, " must be >= n = ", d.n,
-                 " and a multiple of 8 elements");
-    KOSMOS_CHECK(d.pad_rows >= 0 && d.pad_rows <= kGemmBlockM, "GEMM pad_rows = ", d.pad_rows,
-                 " must be in [0, ", kGemmBlockM, "]");
-  }
   if (d.epilogue & kGemmEpiSavePreact) {
     KOSMOS_CHECK((d.epilogue & kGemmEpiSwiGLU) && !(d.epilogue & kGemmEpiAccumulate),
                  "GEMM epilogue kGemmEpiSavePreact needs kGemmEpiSwiGLU without kGemmEpiAccumulate, got flags 0x",
@@ -148,7 +124,7 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   }
   const bool swiglu = (d.epilogue & kGemmEpiSwiGLU) != 0;
   KOSMOS_CHECK(!swiglu || d.n % 16 == 0, "GEMM with SwiGLU needs n (= 2 * intermediate) % 16 == 0, got n = ", d.n);
-  const int64_t n_out = swiglu ? d.n / 2 : swiglu_bwd ? 2 * d.n : d.n;  // swiglu_bwd: C is dH1 [m, 2n]
+  const int64_t n_out = swiglu ? d.n / 2 : d.n;
 
   KOSMOS_CHECK(d.a != nullptr, "GEMM a is null");
   KOSMOS_CHECK(d.b != nullptr, "GEMM b is null");
@@ -215,15 +191,9 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
   p.group_m = d.group_m;
   p.group_offset = d.group_offset;
   p.ldc = d.ldc;
-  if (d.epilogue & (kGemmEpiSavePreact | kGemmEpiSwiGLUBackward)) {
+  if (d.epilogue & kGemmEpiSavePreact) {
     p.c_aux = d.c_aux;
     p.ldc_aux = d.ldc_aux;
-  }
-  if (swiglu_bwd) {
-    p.epi_in = d.epi_in;
-    p.ld_in = d.ld_in;
-    p.row_partial = d.row_partial;
-    p.pad_rows = d.pad_rows;
   }
   p.m = static_cast<int32_t>(d.m);
   p.n = static_cast<int32_t>(d.n);
@@ -330,44 +300,6 @@ void gemm_tile_host_grouped_k(const GemmDesc& d, const GemmParams& p, const Gemm
   }
 }
 
-// kGemmEpiSwiGLUBackward (gemm_params.h) on one tile: acc[r * bn + cc] = dA' of row a_row0 + r,
-// column n0 + cc. The partial sum runs in column order (the device's order differs; each executor
-// agrees with itself, which is what fused == unfused compares).
-void swiglu_backward_host(const GemmDesc& d, const GemmParams& p, const float* acc, int bn, int64_t a_row0, int rows,
-                          int n0, int cols) {
-  const auto* h = static_cast<const uint16_t*>(d.epi_in);
-  auto* dh = static_cast<uint16_t*>(d.c);
-  auto* aw = static_cast<uint16_t*>(d.c_aux);
-  const int pad_end = p.pad_rows > 0 && rows < kGemmBlockM ? std::min(kGemmBlockM, int(ceil_div(rows, p.pad_rows) * p.pad_rows)) : rows;
-  for (int r = 0; r < pad_end; ++r) {
-    const int64_t row = a_row0 + r;
-    if (row >= p.m) break;
-    uint16_t* dhrow = dh + row * d.ldc;
-    uint16_t* awrow = aw + row * d.ldc_aux;
-    if (r >= rows) {  // padding: zeros in the grouped-K GEMMs' operands
-      for (int cc = 0; cc < cols; ++cc) {
-        const int col = n0 + cc, hc = col / 8 * 16 + col % 8;
-        dhrow[hc] = dhrow[hc + 8] = awrow[col] = 0;
-      }
-      continue;
-    }
-    const float w = d.row_scale[row];
-    float dot = 0.0f;
-    for (int cc = 0; cc < cols; ++cc) {
-      const int col = n0 + cc, hc = col / 8 * 16 + col % 8;
-      const float g = bf16_to_float(h[row * d.ld_in + hc]), u = bf16_to_float(h[row * d.ld_in + hc + 8]);
-      const float da = acc[size_t(r) * bn + cc];
-      const float sg = 1.0f / (1.0f + std::exp(-g)), silu = g * sg, act = silu * u;
-      dot += da * act;
-      const float dA = w * da;
-      dhrow[hc] = float_to_bf16(dA * u * sg * (1.0f + g * (1.0f - sg)));
-      dhrow[hc + 8] = float_to_bf16(dA * silu);
-      awrow[col] = float_to_bf16(w * act);
-    }
-    d.row_partial[row * p.num_n_tiles + n0 / bn] = dot;
-  }
-}
-
 }  // namespace
 
 void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& args) {
@@ -435,10 +367,6 @@ void gemm_tile_host(const GemmDesc& d, const GemmParams& p, const GemmTileArgs& 
           acc[size_t(r) * bn + cc] += av * bf16_to_float(bv);
         }
       }
-    }
-    if (p.epilogue & kGemmEpiSwiGLUBackward) {
-      swiglu_backward_host(d, p, acc.data(), bn, a_row0, rows, n0, cols);
-      continue;
     }
     for (int r = 0; r < rows; ++r) {
       const int64_t row = a_row0 + r;

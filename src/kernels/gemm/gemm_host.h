@@ -42,15 +42,8 @@ struct GemmDesc {
 
   uint32_t epilogue = kGemmEpiStore;  // GemmEpilogueFlags
   const float* row_scale = nullptr;   // [m] fp32, with kGemmEpiRowScale
-  void* c_aux = nullptr;              // [m, n] bf16 pre-activation, with kGemmEpiSavePreact;
-                                      // [m, n] bf16 w · act with kGemmEpiSwiGLUBackward
+  void* c_aux = nullptr;              // [m, n] bf16 pre-activation, with kGemmEpiSavePreact
   int64_t ldc_aux = 0;                // >= n, multiple of 8
-  // kGemmEpiSwiGLUBackward (gemm_params.h): the saved pre-activation [m, 2n] and the per-tile
-  // partial sums [m, ceil(n / BN)] fp32; pad_rows: zero each group's rows up to a multiple of it.
-  const void* epi_in = nullptr;
-  int64_t ld_in = 0;                  // >= 2n, multiple of 8
-  float* row_partial = nullptr;
-  int pad_rows = 0;
 
   GemmTileShape tile_shape = GemmTileShape::kAuto;
   int num_sms = 132;          // for the tile-shape heuristic

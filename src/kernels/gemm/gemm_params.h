@@ -16,16 +16,6 @@
 //   kGemmEpiSavePreact (with kGemmEpiSwiGLU only, not with kGemmEpiAccumulate): the tile also
 //   stores bf16(acc), the pre-activation (all n columns, interleaved as B), to `c_aux` [M, n]
 //   (ldc_aux >= n) -- the MoE forward keeps it for the backward instead of recomputing it.
-//   kGemmEpiSwiGLUBackward (alone, with kGemmEpiRowScale; the MoE backward's dA' tile, B [N, K], A
-//   row-major, no merged tails): acc = dA'[row, col] (n = I columns) is not stored. With h = the
-//   saved pre-activation `epi_in` [M, 2n] (ld_in, interleaved as below), gate g and up u of column
-//   col, s = sigmoid(g), act = g s u, w = row_scale[row]:
-//     C (ldc >= 2n, interleaved like h)   gate slot = bf16(w acc u s (1 + g (1 - s))), up slot = bf16(w acc g s)
-//     c_aux [M, n] (ldc_aux >= n)         bf16(w act)
-//     row_partial[row * num_n_tiles + n block] (fp32) = the sum over the tile's columns of acc act
-//   (per thread in column order, then a fixed xor tree over the four lanes of a row: deterministic).
-//   With pad_rows > 0, a group's last block also stores ZEROS into C and c_aux for its rows from the
-//   group's end up to the next multiple of pad_rows (the grouped-K GEMMs read them as k rows).
 //
 // SwiGLU column interleave: B has N = 2 * I columns laid out as blocks of 8 columns,
 //   B column 16*j + t      (t < 8) = gate column 8*j + t
@@ -71,7 +61,6 @@ enum GemmEpilogueFlags : uint32_t {
   // Set by make_gemm_params (not by callers) when it encoded tma_c: the staged epilogue stores
   // whole 16-row warp slices with TMA (asynchronously; the next tile's MMAs do not wait for them).
   kGemmEpiTmaStore = 1u << 4,
-  kGemmEpiSwiGLUBackward = 1u << 5,  // the MoE backward's dA' epilogue, see above
 };
 
 enum GemmLayoutFlags : uint32_t {
@@ -185,12 +174,8 @@ struct GemmParams {
   const int* group_m;        // [G] device, grouped only (grouped-K: K of each group)
   const int* group_offset;   // [G] device, grouped only (grouped-K: first K row of each group)
   int64_t ldc;               // elements
-  void* c_aux;               // bf16 [rows, ldc_aux], kGemmEpiSavePreact / kGemmEpiSwiGLUBackward
+  void* c_aux;               // bf16 [rows, ldc_aux], kGemmEpiSavePreact only
   int64_t ldc_aux;           // elements
-  const void* epi_in;        // bf16 [rows, ld_in], kGemmEpiSwiGLUBackward only (the pre-activation)
-  int64_t ld_in;             // elements
-  float* row_partial;        // fp32 [rows, num_n_tiles], kGemmEpiSwiGLUBackward only
-  int32_t pad_rows;          // kGemmEpiSwiGLUBackward: zero a group's rows up to a multiple of this (0: none)
   int32_t m;                 // dense: rows; grouped: m_total (rows of A and C); grouped-K: M per group
   int32_t n;                 // columns of B
   int32_t n_out;             // columns of C (n, or n / 2 with SwiGLU)

@@ -409,128 +409,6 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
-// kGemmEpiSwiGLUBackward (gemm_params.h), part 1, at the tile's start: consumer thread ct asks the
-// L2 for half a row of the tile's pre-activation (512 of the row's 2 BN columns' bytes), so that
-// the epilogue's loads of it, a mainloop later, hit the L2 instead of DRAM.
-template <int kBN>
-__device__ __forceinline__ void prefetch_preact(const GemmParams& p, const TileCoord& t, int ct) {
-  const int r = ct / 2;
-  const int64_t col = 2 * int64_t(t.n0) + (ct % 2) * kBN;  // first pre-activation column of the half
-  const int64_t cols = min(int64_t(kBN), 2 * int64_t(p.n) - col);
-  if (r < t.rows && cols > 0) {
-    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(p.epi_in) + (t.c_row0 + r) * p.ld_in + col;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(uint32_t(cols * 2)) : "memory");
-  }
-}
-
-// kGemmEpiSwiGLUBackward, part 2: the epilogue, in registers, with whole sectors in memory. A quad
-// (the four lanes of a row in the accumulator's layout) holds 4 B of every column block; four
-// blocks of a row are 128 bytes of the pre-activation (gate 16 B, up 16 B each). Lane q of the quad
-// loads block 4 g + q's 32 bytes (two 16-byte loads: one sector), a 4 x 4 transpose across the quad
-// (quad_transpose: two xor steps, two shuffles each) gives every lane its own words of the four
-// blocks, and the outputs go back the same way (dH1 32 B, w·act 16 B per lane and block). The first
-// version moved 4 bytes per lane (a quad covering half a sector of a row per instruction: 128 loads
-// and 192 stores per thread and 128 x 256 tile) and made the backward slower than the
-// swiglu_backward task it replaced; a version through the warps' staging slices spilled (thirty-fifth
-// session). Loads four column groups ahead. Padding rows (past t.rows, before pad_end) load zeros
-// and use w = 0, so every output of theirs is zero.
-//
-// x[p] of lane q -> x[p] = (lane p's x[q]) for the four lanes of a quad (all 32 lanes call it).
-__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int lane) {
-  const bool b0 = lane & 1, b1 = lane & 2;
-#pragma unroll
-  for (int j = 0; j < 4; j += 2) {  // xor 1: swap x[j + 1] of even lanes with x[j] of odd ones
-    const uint32_t r = __shfl_xor_sync(0xffffffffu, b0 ? x[j] : x[j + 1], 1);
-    if (b0) x[j] = r;
-    else x[j + 1] = r;
-  }
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {  // xor 2: swap x[j + 2] of lanes 0, 1 with x[j] of lanes 2, 3
-    const uint32_t r = __shfl_xor_sync(0xffffffffu, b1 ? x[j] : x[j + 2], 2);
-    if (b1) x[j] = r;
-    else x[j + 2] = r;
-  }
-}
-template <int kBN, class Frag>
-__device__ __forceinline__ void epilogue_swiglu_backward(const GemmParams& p, const TileCoord& t, const Frag& acc,
-                                                         int ct, int lane) {
-  constexpr int kGroups = kBN / 32;                   // groups of four 8-column blocks
-  constexpr int kAhead = 2;                           // groups loaded at a time (4 spilled)
-  const int r0 = (ct / 128) * 64 + ((ct % 128) / 32) * 16 + lane / 4;
-  const int q = lane % 4;
-  const int pad_end = p.pad_rows > 0 && t.rows < kGemmBlockM
-                          ? min(kGemmBlockM, (t.rows + p.pad_rows - 1) / p.pad_rows * p.pad_rows)
-                          : t.rows;
-  const int stored = min(pad_end, p.m - t.c_row0);  // tile rows < stored leave
-  const int valid = min(t.rows, p.m - t.c_row0);     // tile rows < valid have data
-  float dot[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int r = r0 + 8 * rr;
-    const bool data = r < valid;
-    const float w = data ? __ldcg(p.row_scale + t.c_row0 + r) : 0.0f;
-    const int64_t row = t.c_row0 + r;
-    const uint4* h = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.epi_in) + row * p.ld_in + 2 * t.n0);
-    uint4* dh = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.c) + row * p.ldc + 2 * t.n0);
-    uint4* aw = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.c_aux) + row * p.ldc_aux + t.n0);
-#pragma unroll
-    for (int g0 = 0; g0 < kGroups; g0 += kAhead) {
-      uint4 gv[kAhead], uv[kAhead];  // block 4 (g0 + i) + q of the row: gate, up chunks
-#pragma unroll
-      for (int i = 0; i < kAhead; ++i) {
-        const int b = 4 * (g0 + i) + q;
-        const bool in = data && t.n0 + 8 * b < p.n;
-        gv[i] = in ? __ldcg(h + 2 * b) : make_uint4(0, 0, 0, 0);
-        uv[i] = in ? __ldcg(h + 2 * b + 1) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int i = 0; i < kAhead; ++i) {
-        uint32_t gw[4] = {gv[i].x, gv[i].y, gv[i].z, gv[i].w}, uw[4] = {uv[i].x, uv[i].y, uv[i].z, uv[i].w};
-        quad_transpose(gw, lane);  // gw[jl]: this lane's gate pair of block 4 (g0 + i) + jl
-        quad_transpose(uw, lane);
-        uint32_t dgw[4], duw[4], aww[4];
-#pragma unroll
-        for (int jl = 0; jl < 4; ++jl) {
-          const int j = 4 * (g0 + i) + jl;
-          const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[jl]));
-          const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uw[jl]));
-          float dg[2], du[2], av[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float gx = e ? gf.y : gf.x, ux = e ? uf.y : uf.x, da = acc(2 * rr + 4 * j + e);
-            const float sg = __fdividef(1.0f, 1.0f + __expf(-gx)), sl = gx * sg, act = sl * ux;
-            dot[rr] += da * act;
-            const float dA = w * da;
-            dg[e] = dA * ux * sg * (1.0f + gx * (1.0f - sg));
-            du[e] = dA * sl;
-            av[e] = w * act;
-          }
-          dgw[jl] = pack_bf16x2(dg[0], dg[1]);
-          duw[jl] = pack_bf16x2(du[0], du[1]);
-          aww[jl] = pack_bf16x2(av[0], av[1]);
-        }
-        quad_transpose(dgw, lane);  // back: block 4 (g0 + i) + q's words
-        quad_transpose(duw, lane);
-        quad_transpose(aww, lane);
-        const int b = 4 * (g0 + i) + q;
-        if (r < stored && t.n0 + 8 * b < p.n) {
-          dh[2 * b] = make_uint4(dgw[0], dgw[1], dgw[2], dgw[3]);
-          dh[2 * b + 1] = make_uint4(duw[0], duw[1], duw[2], duw[3]);
-          aw[b] = make_uint4(aww[0], aww[1], aww[2], aww[3]);
-        }
-      }
-    }
-  }
-  // The row's sum over the quad's four lanes (xor 1, then 2), then one store per row and tile.
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    dot[rr] += __shfl_xor_sync(0xffffffffu, dot[rr], 1);
-    dot[rr] += __shfl_xor_sync(0xffffffffu, dot[rr], 2);
-    const int r = r0 + 8 * rr;
-    if (q == 0 && r < valid) p.row_partial[int64_t(t.c_row0 + r) * p.num_n_tiles + t.n0 / kBN] = dot[rr];
-  }
-}
-
 // Lane 0 waits until the TMA has read the staging of all but the kPending most recent bulk groups
 // it issued (epilogue_tma), then the warp may write that staging again.
 template <int kPending>
@@ -1046,9 +924,6 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       walk.start_tile(keep_allowed(p, t), t.num_kb, along_n(a), keep_group(p, t), load_kept, drain);
 
       if (ct == 0) KOSMOS_GEMM_MARK(0, 0);
-      if constexpr (!kAMn && !kBMn && kTail == 0) {
-        if (p.epilogue & kGemmEpiSwiGLUBackward) prefetch_preact<kBN>(p, t, ct);
-      }
       mma.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc);
       const bool tail = kTail > 0 && t.tail > 0;
@@ -1115,16 +990,6 @@ __device__ __forceinline__ void gemm_tile_impl(const GemmParams& p, const GemmTi
       if constexpr (kTail > 0) warpgroup_fence_operand(acc_t);
       if (ct == 0) KOSMOS_GEMM_MARK(0, 2);
 
-      if constexpr (!kAMn && !kBMn && kTail == 0) {  // the only layout kGemmEpiSwiGLUBackward admits
-        if (p.epilogue & kGemmEpiSwiGLUBackward) {
-          epilogue_swiglu_backward<kBN>(p, t, acc, ct, lane);
-          if (ct == 0) {
-            KOSMOS_GEMM_MARK(0, 3);
-            KOSMOS_GEMM_NEXT(0);
-          }
-          continue;
-        }
-      }
       if ((p.epilogue & kGemmEpiAccumulate) == 0) {
         const int cw = ct / 32;  // consumer warp 0..7 = tile rows 16 * cw ..
         const uint32_t warp_stage = static_cast<uint32_t>(__cvta_generic_to_shared(epi_stage)) + cw * kEpiWarpBytes;
