@@ -12,21 +12,16 @@
 #   run(command="V=r33c scripts/call33.sh c", carry=["build/variants/r33c"])   the issue tables
 # Thirty-fourth session: ran with r34 (7019e4d) as `tq` (the suite's shard limit was then 200 s, one
 # shard needed ~215 s; now 300 s, TEST_TIMEOUT overrides). Next: a binary with the new defaults
-# (GEMM2 and dX expert-major on), `V=r35 scripts/call33.sh t`, then `c`.
+# (GEMM2 and dX expert-major on), `V=r35 scripts/call33.sh t`, then `c`: both ran in the
+# thirty-fifth session. Its final binary r39 has the same device code.
 . "$(dirname "$0")/device_lib.sh"
-device_start
-V=${V:-r33c}
-K=$(scripts/variants.sh unpack $V kosmos) || exit 1
-T=$(scripts/variants.sh unpack $V kosmos_gpu_tests) || exit 1
+call_start "${V:-r39}"
 mode=${1:-btf}
-Q="--model,qwen3-235b,--tokens,4096"; D="--model,deepseek-v3,--tokens,4096"; B="--backward,--save-activations,--reps,10"
-mkdir -p $OUT/x
 # The steps in the order of the mode's letters (device time is short: the most wanted first).
 for ((i = 0; i < ${#mode}; ++i)); do
   case ${mode:i:1} in
     t)  # the whole GPU suite, engine and NCCL tests
-      TEST_TIMEOUT=${TEST_TIMEOUT:-300} scripts/variants.sh tests $V 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
-      mv $OUT/results.tgz $OUT/tests-$V.tgz; echo "suite $(el)" ;;
+      suite_step "$V" ;;
     q)  # the short form of b: the Qwen3 proxy only
       moe_rounds "$K" 2 $OUT/x "qb:$Q,$B qbx:$Q,$B,--bwd-expert-major,1 qbc:$Q,$B,--bwd-combine-early,1" ;;
     b)  # the saved backward: dX expert-major, combine before dGateUp

@@ -2,7 +2,9 @@
 # The thirty-fifth session's device calls. r36 = f06de35: the SwiGLU backward in the dA' tiles'
 # epilogue (MoeConfig::backward_swiglu_epilogue, off by default), first version (accumulator-layout
 # stores); r38: its third version (16-byte sectors through quad transposes), the GEMM1 rule's join
-# counter and the KOSMOS_TRUST_JOIN experiment.
+# counter and the KOSMOS_TRUST_JOIN experiment. All three were removed after steps s and j (their
+# commits keep them: build one, `scripts/variants.sh pack r38`, to run n / b / s / j again); steps r
+# and t run on the final code: `V=r39 scripts/call35.sh rt`.
 #   run(command="V=r36 scripts/call35.sh nbt", carry=["build/variants/r36"])   steps in this order:
 #     n: the new GPU test alone (GpuMoeSwigluEpilogue.*: fp64, fused == unfused, saved == recompute);
 #     b: the saved backward with the switch against the default, both models, processes alternated
@@ -16,13 +18,8 @@
 #     t: the whole GPU suite, engine and NCCL tests (the dispatch now zeroes recv_x / recv_dy padding
 #        rows and combine sums partials: every backward test runs that code, switch on or off).
 . "$(dirname "$0")/device_lib.sh"
-device_start
-V=${V:-r36}
-K=$(scripts/variants.sh unpack $V kosmos) || exit 1
-T=$(scripts/variants.sh unpack $V kosmos_gpu_tests) || exit 1
+call_start "${V:-r39}"
 mode=${1:-nbt}
-Q="--model,qwen3-235b,--tokens,4096"; D="--model,deepseek-v3,--tokens,4096"; B="--backward,--save-activations,--reps,10"
-mkdir -p $OUT/x
 for ((i = 0; i < ${#mode}; ++i)); do
   case ${mode:i:1} in
     n)  gtest_step new 240 "$T" 'GpuMoeSwigluEpilogue.*' ;;
@@ -75,8 +72,7 @@ for ((i = 0; i < ${#mode}; ++i)); do
       timeout 120 "$K" bench moe ${D//,/ } --skip-cublas --phase-times --reps 10 --trace-svg $OUT/x/dfwd-trace.svg > $OUT/x/dfwd-trace.txt 2>&1
       echo "DeepSeek fwd trace rc=$? $(el)"; grep -v "^\[" $OUT/x/dfwd-trace.txt | grep -vE "count  SM-busy|moe_forward:" | cut -c1-150 | head -40 ;;
     t)
-      TEST_TIMEOUT=${TEST_TIMEOUT:-300} scripts/variants.sh tests $V 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
-      mv $OUT/results.tgz $OUT/tests-$V.tgz; echo "suite $(el)" ;;
+      suite_step "$V" ;;
   esac
   tar czf $OUT/x.tgz -C $OUT x
 done

@@ -20,6 +20,11 @@
 #                  -- issue 3's grouped case with V's gemm_engine_bench, B [N, K] and [K, N], with
 #                     --compare-carry, then torch._grouped_mm on the same group sizes (uniform
 #                     operands); JSON and logs under $OUT/gemm (gemm-engine-grouped-*-$g-TAG.json).
+# call_start V      -- a call script's common start: device_start, K and T (variant V's kosmos and GPU
+#                     tests), the `bench moe` argument sets Q / D (the Qwen3 / DeepSeek-V3 proxies at
+#                     T = 4096, commas for spaces) and B (the saved backward), $OUT/x
+# suite_step V      -- the whole GPU suite, engine and NCCL tests of variant V (each shard limited to
+#                     TEST_TIMEOUT s, 300 by default); $OUT/tests-V.tgz
 set -u
 
 device_start() {
@@ -28,6 +33,20 @@ device_start() {
   g=$(grep -q H200 $OUT/gpu.txt && echo h200 || echo h100)
 }
 el() { echo "($(($(date +%s) - start)) s)"; }
+
+call_start() {
+  device_start
+  V=$1
+  K=$(scripts/variants.sh unpack "$V" kosmos) || exit 1
+  T=$(scripts/variants.sh unpack "$V" kosmos_gpu_tests) || exit 1
+  Q="--model,qwen3-235b,--tokens,4096"; D="--model,deepseek-v3,--tokens,4096"; B="--backward,--save-activations,--reps,10"
+  mkdir -p $OUT/x
+}
+
+suite_step() {
+  TEST_TIMEOUT=${TEST_TIMEOUT:-300} scripts/variants.sh tests "$1" 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
+  mv $OUT/results.tgz $OUT/tests-$1.tgz; echo "suite $(el)"
+}
 
 gtest_step() {
   local name=$1 limit=$2 bin=$3 filter=$4
