@@ -60,6 +60,7 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
                             int lanes) {
   struct Acc {
     std::vector<double> us;
+    double cycles = 0, timed_ns = 0;  // over the records with cycles (the GPU's): the clock
     double gap_us = 0;  // idle time of the task's CTA between its previous task's end and this start
     size_t gaps = 0;
     uint64_t first = UINT64_MAX, last = 0;
@@ -72,10 +73,16 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
   std::map<uint32_t, std::vector<Run>> by_cta;
   uint64_t t0 = UINT64_MAX, t1 = 0;
   double busy = 0, gap_total = 0;
+  bool clocked = false;  // some record has cycles: print the SM clock per label
   for (const auto& r : records) {
     if (r.end_ns == 0) continue;
     Acc& a = by[r.task_id < labels.size() ? labels[r.task_id] : std::string("?")];
     a.us.push_back((r.end_ns - r.start_ns) * 1e-3);
+    if (r.cycles != 0) {
+      a.cycles += double(r.cycles);
+      a.timed_ns += double(r.end_ns - r.start_ns);
+      clocked = true;
+    }
     a.first = std::min(a.first, r.start_ns);
     a.last = std::max(a.last, r.end_ns);
     t0 = std::min(t0, r.start_ns);
@@ -104,17 +111,22 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
   std::snprintf(line, sizeof line, "  trace: span %.1f us, tasks busy %.1f%% of %d SMs over it, gaps between a CTA's tasks %.1f%%\n",
                 span, 100.0 * busy / lane_us, lanes, 100.0 * gap_total / lane_us);
   out += line;
-  std::snprintf(line, sizeof line, "  %-26s %7s %11s %9s %9s %11s %11s %9s %9s\n", "tasks", "count", "SM-busy ms", "mean us",
-                "median us", "first us", "last us", "gap ms", "gap us");
+  std::snprintf(line, sizeof line, "  %-26s %7s %11s %9s %9s %11s %11s %9s %9s%s\n", "tasks", "count", "SM-busy ms", "mean us",
+                "median us", "first us", "last us", "gap ms", "gap us", clocked ? "  SM MHz" : "");
   out += line;
   for (auto& [name, a] : by) {
     std::sort(a.us.begin(), a.us.end());
     double sum = 0;
     for (double v : a.us) sum += v;
-    std::snprintf(line, sizeof line, "  %-26s %7zu %11.3f %9.2f %9.2f %11.1f %11.1f %9.3f %9.2f\n", name.c_str(), a.us.size(),
+    std::snprintf(line, sizeof line, "  %-26s %7zu %11.3f %9.2f %9.2f %11.1f %11.1f %9.3f %9.2f", name.c_str(), a.us.size(),
                   sum * 1e-3, sum / a.us.size(), a.us[a.us.size() / 2], (a.first - t0) * 1e-3, (a.last - t0) * 1e-3,
                   a.gap_us * 1e-3, a.gaps ? a.gap_us / a.gaps : 0.0);
     out += line;
+    if (clocked) {  // cycles per microsecond of the label's tasks = their SM clock in MHz
+      std::snprintf(line, sizeof line, "  %6.0f", a.timed_ns > 0 ? a.cycles / a.timed_ns * 1e3 : 0.0);
+      out += line;
+    }
+    out += "\n";
   }
   return out;
 }

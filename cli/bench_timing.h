@@ -39,8 +39,9 @@ inline Status stream_wait(cudaStream_t waiter, cudaStream_t source, cudaEvent_t 
 // MoeLayer::task_labels): tasks, SM-busy time, mean / median task, and the window from the first
 // start to the last end of that label, and the gaps before its tasks (SM-ms and mean us: on the
 // task's CTA, from the previous task's end to this start -- claim, waits, release). The header line
-// gives the run's span, the busy fraction of `lanes` SMs over it and the gaps' fraction. Records
-// that did not run (end_ns == 0) are skipped.
+// gives the run's span, the busy fraction of `lanes` SMs over it and the gaps' fraction. When the
+// records carry clock cycles (the GPU executor's), a last column gives each label's SM clock: its
+// tasks' cycles over their nanoseconds, in MHz. Records that did not run (end_ns == 0) are skipped.
 std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels,
                             int lanes);
 

@@ -6,7 +6,9 @@
 namespace kosmos::runtime {
 
 // One executed task (opt-in trace). Times are nanoseconds: %globaltimer on the GPU, steady_clock
-// on the CPU executor. `sm` is the SM id on the GPU and the worker index on the CPU.
+// on the CPU executor. `sm` is the SM id on the GPU and the worker index on the CPU. `cycles`: the
+// SM's clock cycles over the same span (%clock64; 0 on the CPU), so cycles / ns is the SM clock the
+// task ran at (the GEMM phases run power-throttled, thirty-fifth session).
 struct TraceRecord {
   uint32_t task_id;
   uint16_t kind;
@@ -15,8 +17,9 @@ struct TraceRecord {
   uint32_t cta;
   uint64_t start_ns;
   uint64_t end_ns;
+  uint64_t cycles = 0;
 };
-static_assert(sizeof(TraceRecord) == 32);
+static_assert(sizeof(TraceRecord) == 40);
 
 // Per task (opt-in audit, for the protocol tests): how often it ran, and stamps from one global
 // sequence taken after its waits completed (start) and before it signalled (end).

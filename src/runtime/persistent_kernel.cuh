@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
   __shared__ uint32_t s_ok;
   __shared__ uint32_t s_claims;
   __shared__ uint64_t s_epoch;
-  __shared__ uint64_t s_start_ns;
+  __shared__ uint64_t s_start_ns, s_start_cycles;
   // The running task's signals, read at claim time (before it waits for its inputs, so off the
   // critical path of a dependency chain) so that after the body the release needs no dependent
   // global loads: reading the task and then its signal list from global memory after the body put
@@ -405,6 +405,7 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
           ahead_ctx.claim_next();
         }
         s_start_ns = globaltimer_ns();
+        s_start_cycles = clock64();
         if (ok && p.audit) {
           AuditRecord& a = p.audit[slot];
           a.start_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
@@ -459,7 +460,8 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
     const int tid = tid_now();
     if (tid == 0 && p.trace) {  // thread 0 timed the start
       const plan::Task& task = p.tasks[done_slot];
-      p.trace[done_slot] = TraceRecord{task.id, uint16_t(task.kind), task.rank, smid(), blockIdx.x, s_start_ns, globaltimer_ns()};
+      p.trace[done_slot] = TraceRecord{task.id,    uint16_t(task.kind), task.rank, smid(), blockIdx.x, s_start_ns,
+                                       globaltimer_ns(), uint64_t(clock64()) - s_start_cycles};
     }
     if (tid == publisher) {
       if (p.audit) {

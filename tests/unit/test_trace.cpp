@@ -59,4 +59,22 @@ TEST(Trace, BreakdownBusyAndGapsByLabel) {
   const std::regex b_line(R"(\n\s+b\s+3\s+0\.026\s+8\.67\s+8\.00\s+0\.0\s+20\.0\s+0\.002\s+1\.00\n)");
   EXPECT_TRUE(std::regex_search(out, a_line)) << out;
   EXPECT_TRUE(std::regex_search(out, b_line)) << out;
+  EXPECT_EQ(out.find("SM MHz"), std::string::npos) << "no cycles recorded: no clock column\n" << out;
+}
+
+// With cycles (the GPU executor's %clock64 over the task), the breakdown's last column is each
+// label's SM clock: its tasks' cycles over their time. a: 10 us at 1.5 GHz + 5 us at 1.2 GHz ->
+// 21,000 cycles / 15 us = 1400 MHz; b: 8 us at 2.0 GHz -> 2000 MHz.
+TEST(Trace, BreakdownPrintsTheClockPerLabel) {
+  auto rec = [](uint32_t id, uint32_t cta, uint64_t s_us, uint64_t e_us, uint64_t cycles) {
+    runtime::TraceRecord r{id, 0, 0, cta, cta, s_us * 1000, e_us * 1000};
+    r.cycles = cycles;
+    return r;
+  };
+  const std::vector<runtime::TraceRecord> r = {rec(0, 0, 0, 10, 15000), rec(1, 0, 12, 17, 6000), rec(2, 1, 0, 8, 16000)};
+  const std::vector<std::string> labels = {"a", "a", "b"};
+  const std::string out = cli::trace_breakdown(r, labels, 2);
+  EXPECT_NE(out.find("SM MHz"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+a\s+2\s.*\s1400\n)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+b\s+1\s.*\s2000\n)"))) << out;
 }
