@@ -126,6 +126,9 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_flag("--phase-times", o->phase_times,
                 "Also time each launch of the unfused composition alone (median of --reps), to see which phase the "
                 "fused launch gains or loses");
+  cmd->add_flag("--unfused-signals", o->tuning.unfused_keep_signals,
+                "Diagnostic: the unfused launches keep the fused plan's signals (no waits), to time the release's share of "
+                "the fused launch's extra cost (MoeConfig::unfused_keep_signals)");
   cmd->add_flag("--skip-cublas", o->skip_cublas, "Forward: leave out the cuBLAS grouped-GEMM pipeline (saves its memory)");
   cmd->add_option("--transport", o->transport,
                   "local: virtual ranks on one GPU (default); nccl: one process per GPU, launched with RANK / WORLD_SIZE / "
@@ -317,8 +320,8 @@ void add_bench_moe(CLI::App& bench) {
         std::printf("  %-46s %10.3f %10.1f %10.3f\n", name, ms, flops / (ms * 1e-3) / 1e12, ms / t_fused);
       };
       line("fused backward (kosmos, one launch)", t_fused);
-      const std::string unfused_name =
-          "unfused backward (same kernels, " + std::to_string(L->phase_names(true).size()) + " launches)";
+      const std::string unfused_name = "unfused backward (same kernels, " + std::to_string(L->phase_names(true).size()) +
+                                       " launches" + (cfg.unfused_keep_signals ? ", signals kept)" : ")");
       line(unfused_name.c_str(), t_unfused);
       if (cfg.save_activations) {
         std::printf("  %-46s %10.3f %10.1f\n", "forward saving activations (one launch)", t_forward,
@@ -434,7 +437,9 @@ void add_bench_moe(CLI::App& bench) {
       std::printf("  %-46s %10.3f %10.1f %10.3f\n", name, ms, flops / (ms * 1e-3) / 1e12, ms / t_fused);
     };
     line("fused (kosmos, one launch)", t_fused);
-    line("unfused (same kernels, 6 launches)", t_unfused);
+    const std::string unfused_name = "unfused (same kernels, " + std::to_string(L->phase_names(false).size()) +
+                                     " launches" + (cfg.unfused_keep_signals ? ", signals kept)" : ")");
+    line(unfused_name.c_str(), t_unfused);
     if (!o->skip_cublas) line("unfused: cub permute + cuBLAS grouped GEMMs", t_cublas);
     std::printf("  weight-read floor %.3f ms (%.2f GB / 4.2 TB/s): fused at %.2fx the floor; bitwise fused==unfused: %s; "
                 "rel.err vs fp64 (3 tokens of rank 0) %.2e\n",

@@ -15,6 +15,8 @@
 #     j: KOSMOS_TRUST_JOIN=1 against the default (forward both models, Qwen3 saved backward);
 #     r: traces of the Qwen3 saved backward and the DeepSeek-V3 forward beside their launches alone
 #        (r39 = the session's final code = r35's device code): V=r39 scripts/call35.sh r;
+#     u: the unfused launches with signals kept against the plain ones (r41 on):
+#        run(command="V=r41 scripts/call35.sh rut", carry=["build/variants/r41"]);
 #     t: the whole GPU suite, engine and NCCL tests (the dispatch now zeroes recv_x / recv_dy padding
 #        rows and combine sums partials: every backward test runs that code, switch on or off).
 . "$(dirname "$0")/device_lib.sh"
@@ -71,6 +73,9 @@ for ((i = 0; i < ${#mode}; ++i)); do
       echo "bwd trace rc=$? $(el)"; grep -v "^\[" $OUT/x/bwd-trace.txt | grep -vE "count  SM-busy|moe_(backward|forward):" | cut -c1-150 | head -45
       timeout 120 "$K" bench moe ${D//,/ } --skip-cublas --phase-times --reps 10 --trace-svg $OUT/x/dfwd-trace.svg > $OUT/x/dfwd-trace.txt 2>&1
       echo "DeepSeek fwd trace rc=$? $(el)"; grep -v "^\[" $OUT/x/dfwd-trace.txt | grep -vE "count  SM-busy|moe_forward:" | cut -c1-150 | head -40 ;;
+    u)  # the unfused launches with the fused plan's signals kept (--unfused-signals) against the plain
+        # ones and the fused launch: does the release cost the fused tiles their extra 3-12 %?
+      moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals qb:$Q,$B qbs:$Q,$B,--unfused-signals" ;;
     t)
       suite_step "$V" ;;
   esac

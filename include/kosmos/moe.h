@@ -70,6 +70,12 @@ struct MoeConfig {
   bool cpu = false;          // CPU executor (virtual ranks on host threads)
   double watchdog_seconds = 10.0;
   bool trace = false;
+  // Diagnostic: the unfused composition's launches keep the fused plan's signals (still no waits:
+  // every edge crosses a launch boundary), so each task releases its outputs as in the fused launch
+  // (and a GEMM tile waits for its TMA stores' writes). Timed against the plain unfused launches it
+  // gives the release's share of what the fused launch's tasks cost more (docs/perf-notes.md,
+  // thirty-fifth session). Results are the same either way.
+  bool unfused_keep_signals = false;
   int max_ctas = 0;
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count (a multiple of 12 warps)

@@ -258,9 +258,10 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
       if (phase >= 0 && t.phase != phase) continue;
       const uint32_t id = b.add_task(t.kind, t.rank);
       b.set_args(id, t.args);
-      if (phase >= 0) continue;  // unfused: every edge crosses a launch boundary
-      for (const plan::Wait& w : t.waits) b.wait(id, w.counter, w.target);
-      for (const plan::Signal& s : t.signals) b.signal(id, s.rank, s.counter, s.amount);
+      if (phase < 0)  // unfused: every edge crosses a launch boundary (signals kept only as a diagnostic)
+        for (const plan::Wait& w : t.waits) b.wait(id, w.counter, w.target);
+      if (phase < 0 || cfg.unfused_keep_signals)
+        for (const plan::Signal& s : t.signals) b.signal(id, s.rank, s.counter, s.amount);
     }
     return b.build(p);
   };

@@ -128,6 +128,37 @@ TEST(MoeBackwardCpuShapes, CombineBeforeDGateUpOnlyReordersTasks) {
   EXPECT_NE(s.message().find("backward_combine_early = 2"), std::string::npos) << s.message();
 }
 
+// MoeConfig::unfused_keep_signals (a diagnostic): the unfused launches signal what the fused plan
+// signals (no waits), run after run (the counters keep growing across epochs); the forward's y and
+// the backward's gradients stay those of the fused launch, bit for bit, and match fp64.
+TEST(MoeBackwardCpuShapes, UnfusedWithSignalsKeptSameOutputs) {
+  for (int W : {1, 2}) {
+    MoeConfig c = moe_config(W, 37, 128, 64, 16, 4, true);
+    c.backward = true;
+    c.unfused_keep_signals = true;
+    std::unique_ptr<MoeLayer> L;
+    ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+    MoeHost h{c};
+    fill_moe_backward(*L, h, 4242 + W, Routing::kSkewedWithDrops);
+    ASSERT_TRUE(L->run_composition(true).is_ok());
+    std::vector<std::vector<uint16_t>> y(W);
+    for (int r = 0; r < W; ++r) y[r] = read_y(*L, r);
+    ASSERT_TRUE(L->run_backward_composition(true).is_ok());
+    std::vector<MoeGradsOut> fused(W);
+    for (int r = 0; r < W; ++r) fused[r] = read_grads(*L, r);
+    for (int rep = 0; rep < 2; ++rep) {  // twice: the kept signals' counters advance with the epochs
+      poison(*L);
+      ASSERT_TRUE(L->run_composition(false).is_ok());
+      EXPECT_EQ(check_moe(*L, h), "") << "W=" << W;
+      for (int r = 0; r < W; ++r) EXPECT_TRUE(read_y(*L, r) == y[r]) << "W=" << W << " rank " << r;
+      poison_backward(*L);
+      ASSERT_TRUE(L->run_backward_composition(false).is_ok());
+      EXPECT_EQ(check_moe_backward(*L, h), "") << "W=" << W;
+      for (int r = 0; r < W; ++r) EXPECT_TRUE(read_grads(*L, r) == fused[r]) << "W=" << W << " rank " << r;
+    }
+  }
+}
+
 TEST(MoeBackwardCpuShapes, RouteChunksLeaveTheGradientsUnchanged) {
   for (int C : {2, 7}) run_backward(2, 150, 8, 4, Routing::kSkewedWithDrops, 64, 64, 0, 0, 0, C);
 }
