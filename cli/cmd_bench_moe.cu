@@ -208,6 +208,11 @@ void add_bench_moe(CLI::App& bench) {
                  cfg.tokens, cfg.hidden, cfg.intermediate, cfg.num_experts, cfg.top_k, o->routing.c_str());
     std::unique_ptr<MoeLayer> L;
     throw_if_error(MoeLayer::plan(cfg, &L));
+    // The unfused composition's line: its launch count from the plan, and the diagnostic it ran with.
+    auto unfused_label = [&](const char* what, bool backward) {
+      return std::string(what) + " (same kernels, " + std::to_string(L->phase_names(backward).size()) + " launches" +
+             (cfg.unfused_keep_signals ? ", signals kept)" : ")");
+    };
     // Inputs: weights and x on the device (hash RNG), routing from the host.
     for (int r = 0; r < W; ++r) throw_if_error(fill_moe_rank_inputs(*L, r, routing, nullptr));
     // The keys every MoE result carries (forward and backward).
@@ -320,9 +325,7 @@ void add_bench_moe(CLI::App& bench) {
         std::printf("  %-46s %10.3f %10.1f %10.3f\n", name, ms, flops / (ms * 1e-3) / 1e12, ms / t_fused);
       };
       line("fused backward (kosmos, one launch)", t_fused);
-      const std::string unfused_name = "unfused backward (same kernels, " + std::to_string(L->phase_names(true).size()) +
-                                       " launches" + (cfg.unfused_keep_signals ? ", signals kept)" : ")");
-      line(unfused_name.c_str(), t_unfused);
+      line(unfused_label("unfused backward", true).c_str(), t_unfused);
       if (cfg.save_activations) {
         std::printf("  %-46s %10.3f %10.1f\n", "forward saving activations (one launch)", t_forward,
                     fwd_flops / (t_forward * 1e-3) / 1e12);
@@ -437,9 +440,7 @@ void add_bench_moe(CLI::App& bench) {
       std::printf("  %-46s %10.3f %10.1f %10.3f\n", name, ms, flops / (ms * 1e-3) / 1e12, ms / t_fused);
     };
     line("fused (kosmos, one launch)", t_fused);
-    const std::string unfused_name = "unfused (same kernels, " + std::to_string(L->phase_names(false).size()) +
-                                     " launches" + (cfg.unfused_keep_signals ? ", signals kept)" : ")");
-    line(unfused_name.c_str(), t_unfused);
+    line(unfused_label("unfused", false).c_str(), t_unfused);
     if (!o->skip_cublas) line("unfused: cub permute + cuBLAS grouped GEMMs", t_cublas);
     std::printf("  weight-read floor %.3f ms (%.2f GB / 4.2 TB/s): fused at %.2fx the floor; bitwise fused==unfused: %s; "
                 "rel.err vs fp64 (3 tokens of rank 0) %.2e\n",

@@ -14,16 +14,8 @@
 device_start
 V=${V:-r32p}
 K=$(scripts/variants.sh unpack $V kosmos) || exit 1
-M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed
+M=$NCU_METRICS
 mkdir -p $OUT/ncu
-# One line per profiled kernel (ncu prints metrics sorted by name; the tensor pipe's comes last):
-# duration, tensor pipe, L2 throughput, L2 sectors read by SMs, DRAM.
-summary() {
-  awk '/persistent_kernel|gemm_engine|nvjet|device_kernel|Kernel2|sm90/ && /\(/ {n++; name=$2}
-       /gpu__time_duration.sum/ {d=$NF} /dram__bytes_read.sum/ {r=$NF" "$(NF-1)} /dram__bytes_write.sum/ {w=$NF" "$(NF-1)}
-       /lts__t_sector_hit_rate.pct/ {h=$NF} /lts__throughput.avg.pct/ {l=$NF} /lts__t_sectors_srcunit_tex_op_read.sum/ {s=$NF}
-       /hmma_cycles_active/ {t=$NF; printf "  #%d %-28.28s %7s ms  tensor %6s %%  L2 %6s %%  L2 sectors %15s  hit %6s %%  DRAM r %s w %s\n", n, name, d, t, l, s, h, r, w}' "$1"
-}
 # First the multicast test on the grouped tiles (equal groups, so a cluster pair never straddles
 # two experts): the standalone engine plain vs in 2-CTA clusters sharing B, same static order
 # (runs of 1 / 3 slots, groups of 6 runs n-major = one expert's slots per step), then ncu of both.
@@ -34,20 +26,20 @@ for r in 1 3; do
 done
 timeout 120 ncu --clock-control none -k regex:gemm_engine -c 4 --metrics $M "$G" --grouped-only --uniform-groups --layout nt --run 1 --raster 6 \
   --pair-b --reps 5 > $OUT/ncu/pair-ncu.txt 2>&1
-echo "== ncu: plain (verify), plain, paired, plain rc=$? $(el)"; summary $OUT/ncu/pair-ncu.txt
+echo "== ncu: plain (verify), plain, paired, plain rc=$? $(el)"; ncu_summary $OUT/ncu/pair-ncu.txt
 timeout 150 ncu --clock-control none -k regex:persistent_kernel -c 8 --metrics $M "$K" bench moe --model qwen3-235b --tokens 4096 \
   --skip-cublas --reps 3 > $OUT/ncu/fwd.txt 2>&1
-echo "== forward (fused, then the unfused launches) rc=$? $(el)"; summary $OUT/ncu/fwd.txt
+echo "== forward (fused, then the unfused launches) rc=$? $(el)"; ncu_summary $OUT/ncu/fwd.txt
 timeout 200 ncu --clock-control none -k regex:persistent_kernel -c 7 --metrics $M "$K" bench moe --model qwen3-235b --tokens 4096 \
   --backward --save-activations --reps 3 > $OUT/ncu/bwd.txt 2>&1
-echo "== backward (saving forward, fused backward, unfused launches) rc=$? $(el)"; summary $OUT/ncu/bwd.txt
+echo "== backward (saving forward, fused backward, unfused launches) rc=$? $(el)"; ncu_summary $OUT/ncu/bwd.txt
 # Dense problems of the same rows: GEMM1 (32768 x 3072 x 4096), GEMM2 (32768 x 4096 x 1536); ours
 # (the runtime's persistent kernel) and cuBLAS's, one rep each after warm-up.
 for s in 32768x3072x4096 32768x4096x1536; do
   [ $(($(date +%s) - start)) -lt 200 ] || { echo "no time for dense $s $(el)"; continue; }
   timeout 90 ncu --clock-control none -k regex:"persistent_kernel|nvjet|sm90" --launch-skip 4 -c 2 --metrics $M "$K" bench gemm \
     --shapes $s --reps 5 > $OUT/ncu/dense-$s.txt 2>&1
-  echo "== dense $s rc=$? $(el)"; summary $OUT/ncu/dense-$s.txt
+  echo "== dense $s rc=$? $(el)"; ncu_summary $OUT/ncu/dense-$s.txt
 done
 # Cross-partition L2 traffic (H100 / H200 L2s are two partitions) of the forward's launches.
 [ $(($(date +%s) - start)) -lt 250 ] && timeout 120 ncu --clock-control none -k regex:persistent_kernel -c 8 --metrics gpu__time_duration.sum,lts__t_sectors_srcunit_ltcfabric.sum,lts__t_sectors.sum \
@@ -56,7 +48,7 @@ echo "== forward, L2 fabric rc=$? $(el)"; grep -E "gpu__time|ltcfabric|lts__t_se
 if [ $(($(date +%s) - start)) -lt 300 ]; then
   timeout 150 ncu --clock-control none -k regex:persistent_kernel -c 8 --metrics $M "$K" bench moe --model deepseek-v3 --tokens 4096 \
     --skip-cublas --reps 3 > $OUT/ncu/fwd-deepseek.txt 2>&1
-  echo "== DeepSeek-V3 forward rc=$? $(el)"; summary $OUT/ncu/fwd-deepseek.txt
+  echo "== DeepSeek-V3 forward rc=$? $(el)"; ncu_summary $OUT/ncu/fwd-deepseek.txt
 fi
 tar czf $OUT/ncu.tgz -C $OUT ncu && rm -rf $OUT/ncu
 echo "done $(el)"

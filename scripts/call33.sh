@@ -13,9 +13,9 @@
 # Thirty-fourth session: ran with r34 (7019e4d) as `tq` (the suite's shard limit was then 200 s, one
 # shard needed ~215 s; now 300 s, TEST_TIMEOUT overrides). Next: a binary with the new defaults
 # (GEMM2 and dX expert-major on), `V=r35 scripts/call33.sh t`, then `c`: both ran in the
-# thirty-fifth session. Its final binary r39 has the same device code.
+# thirty-fifth session. Its final binary r41 has the same device code (plus a per-task clock in the trace).
 . "$(dirname "$0")/device_lib.sh"
-call_start "${V:-r39}"
+call_start "${V:-r41}"
 mode=${1:-btf}
 # The steps in the order of the mode's letters (device time is short: the most wanted first).
 for ((i = 0; i < ${#mode}; ++i)); do

@@ -4,7 +4,7 @@
 # stores); r38: its third version (16-byte sectors through quad transposes), the GEMM1 rule's join
 # counter and the KOSMOS_TRUST_JOIN experiment. All three were removed after steps s and j (their
 # commits keep them: build one, `scripts/variants.sh pack r38`, to run n / b / s / j again); steps r
-# and t run on the final code: `V=r39 scripts/call35.sh rt`.
+# and t run on the final code: `V=r41 scripts/call35.sh rut`.
 #   run(command="V=r36 scripts/call35.sh nbt", carry=["build/variants/r36"])   steps in this order:
 #     n: the new GPU test alone (GpuMoeSwigluEpilogue.*: fp64, fused == unfused, saved == recompute);
 #     b: the saved backward with the switch against the default, both models, processes alternated
@@ -14,13 +14,13 @@
 #        run(command="V=r38 V1=r36 scripts/call35.sh nsjt", carry=["build/variants/r36", "build/variants/r38"]);
 #     j: KOSMOS_TRUST_JOIN=1 against the default (forward both models, Qwen3 saved backward);
 #     r: traces of the Qwen3 saved backward and the DeepSeek-V3 forward beside their launches alone
-#        (r39 = the session's final code = r35's device code): V=r39 scripts/call35.sh r;
+#        (r41 = the session's final code: r35's device code plus the trace's SM clock): V=r41 scripts/call35.sh r;
 #     u: the unfused launches with signals kept against the plain ones (r41 on):
 #        run(command="V=r41 scripts/call35.sh rut", carry=["build/variants/r41"]);
 #     t: the whole GPU suite, engine and NCCL tests (the dispatch now zeroes recv_x / recv_dy padding
 #        rows and combine sums partials: every backward test runs that code, switch on or off).
 . "$(dirname "$0")/device_lib.sh"
-call_start "${V:-r39}"
+call_start "${V:-r41}"
 mode=${1:-nbt}
 for ((i = 0; i < ${#mode}; ++i)); do
   case ${mode:i:1} in

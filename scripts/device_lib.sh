@@ -23,6 +23,8 @@
 # call_start V      -- a call script's common start: device_start, K and T (variant V's kosmos and GPU
 #                     tests), the `bench moe` argument sets Q / D (the Qwen3 / DeepSeek-V3 proxies at
 #                     T = 4096, commas for spaces) and B (the saved backward), $OUT/x
+# ncu_summary FILE  -- one line per kernel of an ncu log taken with $NCU_METRICS (duration, tensor
+#                     pipe, L2 throughput and sectors, hit rate, DRAM read / write)
 # suite_step V      -- the whole GPU suite, engine and NCCL tests of variant V (each shard limited to
 #                     TEST_TIMEOUT s, 300 by default); $OUT/tests-V.tgz
 set -u
@@ -46,6 +48,17 @@ call_start() {
 suite_step() {
   TEST_TIMEOUT=${TEST_TIMEOUT:-300} scripts/variants.sh tests "$1" 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|SKIPPED \]" | sort | uniq -c | head -20
   mv $OUT/results.tgz $OUT/tests-$1.tgz; echo "suite $(el)"
+}
+
+# The call scripts' ncu metric set; ncu_summary prints one line per profiled kernel from it (ncu
+# prints metrics sorted by name; the tensor pipe's comes last): duration, tensor pipe, L2
+# throughput, L2 sectors read by SMs, hit rate, DRAM.
+NCU_METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed
+ncu_summary() {
+  awk '/persistent_kernel|gemm_engine|nvjet|device_kernel|Kernel2|sm90/ && /\(/ {n++; name=$2}
+       /gpu__time_duration.sum/ {d=$NF} /dram__bytes_read.sum/ {r=$NF" "$(NF-1)} /dram__bytes_write.sum/ {w=$NF" "$(NF-1)}
+       /lts__t_sector_hit_rate.pct/ {h=$NF} /lts__throughput.avg.pct/ {l=$NF} /lts__t_sectors_srcunit_tex_op_read.sum/ {s=$NF}
+       /hmma_cycles_active/ {t=$NF; printf "  #%d %-28.28s %7s ms  tensor %6s %%  L2 %6s %%  L2 sectors %15s  hit %6s %%  DRAM r %s w %s\n", n, name, d, t, l, s, h, r, w}' "$1"
 }
 
 gtest_step() {
