@@ -131,4 +131,21 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
   return out;
 }
 
+std::string trace_csv(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels, int launch,
+                      bool header) {
+  uint64_t t0 = UINT64_MAX;
+  for (const auto& r : records)
+    if (r.end_ns != 0) t0 = std::min(t0, r.start_ns);
+  std::string out = header ? "launch,label,task,sm,cta,start_ns,end_ns,cycles\n" : "";
+  char line[160];
+  for (const auto& r : records) {
+    if (r.end_ns == 0) continue;
+    std::snprintf(line, sizeof line, "%d,%s,%u,%u,%u,%llu,%llu,%llu\n", launch,
+                  r.task_id < labels.size() ? labels[r.task_id].c_str() : "?", r.task_id, r.sm, r.cta,
+                  (unsigned long long)(r.start_ns - t0), (unsigned long long)(r.end_ns - t0), (unsigned long long)r.cycles);
+    out += line;
+  }
+  return out;
+}
+
 }  // namespace kosmos::cli

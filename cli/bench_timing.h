@@ -45,4 +45,11 @@ inline Status stream_wait(cudaStream_t waiter, cudaStream_t source, cudaEvent_t 
 std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels,
                             int lanes);
 
+// The records of one traced launch as CSV rows for offline study (scripts/trace_windows.py):
+// launch,label,task,sm,cta,start_ns,end_ns,cycles -- `launch` names the launch (0 = the fused one,
+// i = the unfused composition's i-th), start and end relative to the launch's first start. With
+// header = true the column line comes first. Records that did not run are skipped.
+std::string trace_csv(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels, int launch,
+                      bool header);
+
 }  // namespace kosmos::cli

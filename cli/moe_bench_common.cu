@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "bench_timing.h"
@@ -282,6 +283,8 @@ Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   std::printf("%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
   KOSMOS_RETURN_IF_ERROR(runtime::write_trace_files(tr, title, "", svg_path));
+  // Every launch's records also as CSV beside the SVG (fused = launch 0), for offline study.
+  std::string csv = trace_csv(tr, L.task_labels(backward), 0, true);
   // The unfused composition once more, each launch's tasks by label: the same tiles in their own
   // launch, to set against the fused run's lines above.
   KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(false, s) : L.run_composition(false, s));
@@ -290,7 +293,11 @@ Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const
   for (size_t i = 0; i < phases.size(); ++i) {
     KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
     std::printf("  unfused launch %zu (%s):\n%s", i + 1, phases[i].c_str(), trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
+    csv += trace_csv(tr, L.phase_task_labels(i, backward), int(i) + 1, false);
   }
+  std::ofstream f(svg_path + ".csv");
+  KOSMOS_CHECK(f.good(), "trace: cannot write '", svg_path, ".csv'");
+  f << csv;
   return Status::ok();
 }
 

@@ -78,3 +78,22 @@ TEST(Trace, BreakdownPrintsTheClockPerLabel) {
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+a\s+2\s.*\s1400\n)"))) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+b\s+1\s.*\s2000\n)"))) << out;
 }
+
+// The CSV of a traced launch: one row per record that ran, times relative to the launch's first
+// start, the label by task id ("?" past the labels), the header only when asked.
+TEST(Trace, CsvRowsRelativeToTheLaunchStart) {
+  auto rec = [](uint32_t id, uint32_t cta, uint64_t s_ns, uint64_t e_ns, uint64_t cycles) {
+    runtime::TraceRecord r{id, 0, 0, cta + 10, cta, s_ns, e_ns};
+    r.cycles = cycles;
+    return r;
+  };
+  const std::vector<runtime::TraceRecord> r = {rec(1, 0, 5000, 7000, 3000), rec(0, 1, 4000, 4500, 900),
+                                               rec(2, 1, 0, 0, 0), rec(7, 0, 8000, 9000, 1500)};
+  const std::vector<std::string> labels = {"a", "b", "c"};
+  EXPECT_EQ(cli::trace_csv(r, labels, 2, true),
+            "launch,label,task,sm,cta,start_ns,end_ns,cycles\n"
+            "2,b,1,10,0,1000,3000,3000\n"
+            "2,a,0,11,1,0,500,900\n"
+            "2,?,7,10,0,4000,5000,1500\n");
+  EXPECT_EQ(cli::trace_csv(r, labels, 0, false).rfind("0,b,1,", 0), 0u);
+}
