@@ -1,0 +1,36 @@
+#!/bin/bash
+# The thirty-sixth session's device calls (r42 = 854cc46: r41's device code -- r35's plus the trace's
+# SM clock per task -- and the traces' CSV beside each SVG).
+#   run(command="V=r42 scripts/call36.sh rut", carry=["build/variants/r42"])   steps in this order:
+#     r: traces of the DeepSeek-V3 forward and the Qwen3 saved backward (fused, then each unfused
+#        launch), the breakdown with SM MHz per label, and scripts/trace_windows.py over the CSVs:
+#        are the fused launch's GEMM tiles slower throughout, or where other labels share the SMs,
+#        and at which clock?
+#     u: the unfused launches with the fused plan's signals kept (--unfused-signals) against the plain
+#        ones: does the release cost the fused tiles their extra 3-12 %?
+#     t: the whole GPU suite, engine and NCCL tests (the trace record grew to 40 bytes).
+. "$(dirname "$0")/device_lib.sh"
+call_start "${V:-r42}"
+mode=${1:-rut}
+for ((i = 0; i < ${#mode}; ++i)); do
+  case ${mode:i:1} in
+    r)
+      for c in "dfwd:$D,--skip-cublas,--reps,10" "bwd:$Q,$B"; do
+        tag=${c%%:*}; args=${c#*:}
+        # shellcheck disable=SC2086
+        timeout 150 "$K" bench moe ${args//,/ } --phase-times --trace-svg $OUT/x/$tag-trace.svg > $OUT/x/$tag-trace.txt 2>&1
+        echo "$tag trace rc=$? $(el)"
+        grep -v "^\[" $OUT/x/$tag-trace.txt | grep -vE "count  SM-busy|moe_(backward|forward):" | cut -c1-160 | head -45
+        python3 scripts/trace_windows.py $OUT/x/$tag-trace.svg.csv --windows 8 > $OUT/x/$tag-windows.txt 2>&1
+        cut -c1-230 $OUT/x/$tag-windows.txt
+        rm -f $OUT/x/$tag-trace.svg
+        gzip -f $OUT/x/$tag-trace.svg.csv
+      done ;;
+    u)
+      moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals qb:$Q,$B qbs:$Q,$B,--unfused-signals" ;;
+    t)
+      suite_step "$V" ;;
+  esac
+  tar czf $OUT/x.tgz -C $OUT x
+done
+rm -rf $OUT/x
