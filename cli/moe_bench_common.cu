@@ -274,27 +274,40 @@ std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols) {
 }
 
 Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s) {
-  KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(true, s) : L.run_composition(true, s));
-  KOSMOS_RETURN_IF_ERROR(L.finish(s));
-  std::vector<runtime::TraceRecord> tr;
-  KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
   int dev = 0, sms = 0;
   KOSMOS_CUDA_CHECK(cudaGetDevice(&dev));
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  std::printf("%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
-  KOSMOS_RETURN_IF_ERROR(runtime::write_trace_files(tr, title, "", svg_path));
-  // Every launch's records also as CSV beside the SVG (fused = launch 0), for offline study.
-  std::string csv = trace_csv(tr, L.task_labels(backward), 0, true);
-  // The unfused composition once more, each launch's tasks by label: the same tiles in their own
-  // launch, to set against the fused run's lines above.
+  const std::vector<std::string>& phases = L.phase_names(backward);
+  std::vector<runtime::TraceRecord> tr;
+  // First what the timed runs left (every run records its trace): the last fused run and each
+  // unfused launch's last run, under the timing's alternation -- the card's clock then has the same
+  // history for both, which the runs below (after this host work) need not have. CSV launches 100+.
+  KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
+  std::printf("  the last timed fused run:\n%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
+  std::string csv = trace_csv(tr, L.task_labels(backward), 100, true);
+  for (size_t i = 0; i < phases.size(); ++i) {
+    KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
+    std::printf("  the last timed run of unfused launch %zu (%s):\n%s", i + 1, phases[i].c_str(),
+                trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
+    csv += trace_csv(tr, L.phase_task_labels(i, backward), 100 + int(i) + 1, false);
+  }
+  // Then one more fused run for the SVG, its breakdown (CSV launch 0) ...
+  KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(true, s) : L.run_composition(true, s));
+  KOSMOS_RETURN_IF_ERROR(L.finish(s));
+  KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
+  std::printf("  one more fused run:\n%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
+  csv += trace_csv(tr, L.task_labels(backward), 0, false);
+  const std::vector<runtime::TraceRecord> fused_records = tr;
+  // ... and the unfused composition once more right after it (CSV launches 1..), each launch's
+  // tasks by label: the same tiles in their own launch. The SVG is written after both.
   KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(false, s) : L.run_composition(false, s));
   KOSMOS_RETURN_IF_ERROR(L.finish(s));
-  const std::vector<std::string>& phases = L.phase_names(backward);
   for (size_t i = 0; i < phases.size(); ++i) {
     KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
     std::printf("  unfused launch %zu (%s):\n%s", i + 1, phases[i].c_str(), trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
     csv += trace_csv(tr, L.phase_task_labels(i, backward), int(i) + 1, false);
   }
+  KOSMOS_RETURN_IF_ERROR(runtime::write_trace_files(fused_records, title, "", svg_path));
   std::ofstream f(svg_path + ".csv");
   KOSMOS_CHECK(f.good(), "trace: cannot write '", svg_path, ".csv'");
   f << csv;

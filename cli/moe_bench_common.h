@@ -92,9 +92,12 @@ void poison_on(cudaStream_t s, void* p, size_t bytes);
 // `cols` values.
 std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols);
 
-// One more fused run of `layer` (cfg.trace must have been set at planning) on stream s: prints where
-// its time went by task label (trace_breakdown) and writes the timeline as SVG to svg_path; then one
-// run of the unfused composition, printed the same way per launch.
+// Where the time of `layer`'s runs went by task label (trace_breakdown; cfg.trace must have been set
+// at planning, so every run records its trace): first the records the last timed runs left (the
+// fused launch and each unfused launch, under the timing's alternation), then one more fused run on
+// stream s, whose timeline goes as SVG to svg_path, and one more run of the unfused composition right
+// after it. Every launch's records go as CSV to svg_path + ".csv" (trace_csv; launches 100+ = the
+// timed runs', 0 = the extra fused run, 1.. = the extra unfused launches).
 Status trace_moe_run(MoeLayer& layer, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s);
 
 // The layer's shape and routing, as every JSON of both MoE benchmarks names them.

@@ -9,6 +9,11 @@
 #     u: the unfused launches with the fused plan's signals kept (--unfused-signals) against the plain
 #        ones: does the release cost the fused tiles their extra 3-12 %?
 #     t: the whole GPU suite, engine and NCCL tests (the trace record grew to 40 bytes).
+#     s: r43 (9c5e1a0+: the bench's trace first prints what the last timed runs left, fused and each
+#        unfused launch under the timing's alternation): the SM clock and cycles per label in the
+#        steady state, DeepSeek-V3 forward, Qwen3 forward and saved backward (no --phase-times, so
+#        the unfused launches' last runs are the alternated ones):
+#        run(command="V=r43 scripts/call36.sh s", carry=["build/variants/r43"])
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r42}"
 mode=${1:-rut}
@@ -23,6 +28,17 @@ for ((i = 0; i < ${#mode}; ++i)); do
         grep -v "^\[" $OUT/x/$tag-trace.txt | grep -vE "count  SM-busy|moe_(backward|forward):" | cut -c1-160 | head -45
         python3 scripts/trace_windows.py $OUT/x/$tag-trace.svg.csv --windows 8 > $OUT/x/$tag-windows.txt 2>&1
         cut -c1-230 $OUT/x/$tag-windows.txt
+        rm -f $OUT/x/$tag-trace.svg
+        gzip -f $OUT/x/$tag-trace.svg.csv
+      done ;;
+    s)
+      for c in "sd:$D,--skip-cublas,--reps,20" "sq:$Q,--skip-cublas,--reps,20" "sqb:$Q,$B"; do
+        tag=${c%%:*}; args=${c#*:}
+        # shellcheck disable=SC2086
+        timeout 150 "$K" bench moe ${args//,/ } --trace-svg $OUT/x/$tag-trace.svg > $OUT/x/$tag-trace.txt 2>&1
+        echo "$tag rc=$? $(el)"
+        grep -E "^  (fused|unfused)|the last timed|one more fused|^  unfused launch|^  gemm|^  moe_(dispatch|combine|swiglu)" $OUT/x/$tag-trace.txt | cut -c1-42,97-150
+        python3 scripts/trace_windows.py $OUT/x/$tag-trace.svg.csv --windows 6 > $OUT/x/$tag-windows.txt 2>&1
         rm -f $OUT/x/$tag-trace.svg
         gzip -f $OUT/x/$tag-trace.svg.csv
       done ;;

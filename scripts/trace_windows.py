@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where in a launch its tasks ran slower: reads the CSV that `kosmos bench moe --trace-svg X.svg`
-writes beside the SVG (X.svg.csv: launch 0 = the fused launch, 1.. = the unfused composition's
-launches) and prints, per launch, the span cut into --windows equal windows by task start: for each
+writes beside the SVG (X.svg.csv: launch 0 = one more fused run, 1.. = the unfused composition's
+launches right after it; 100, 101.. = the same left by the last timed runs) and prints, per launch, the span cut into --windows equal windows by task start: for each
 label with at least --min tasks, the tasks starting there, their mean us and SM clock (MHz, from the
 records' cycles), and which labels shared the SMs in that window (busy share).
 
@@ -32,7 +32,7 @@ def main():
         w = span / a.windows
         counts = collections.Counter(l for l, _, _, _ in recs)
         big = sorted(l for l, n in counts.items() if n >= a.min)
-        print(f"launch {launch} ({'fused' if launch == 0 else 'unfused'}): span {span / 1e3:.1f} us, "
+        print(f"launch {launch} ({'fused' if launch % 100 == 0 else 'unfused'}{', timed' if launch >= 100 else ''}): span {span / 1e3:.1f} us, "
               f"{len(recs)} tasks; per window: label n / mean us / MHz, then busy share by label")
         for i in range(a.windows):
             lo, hi = i * w, (i + 1) * w
