@@ -37,7 +37,7 @@ for ((i = 0; i < ${#mode}; ++i)); do
         # shellcheck disable=SC2086
         timeout 150 "$K" bench moe ${args//,/ } --trace-svg $OUT/x/$tag-trace.svg > $OUT/x/$tag-trace.txt 2>&1
         echo "$tag rc=$? $(el)"
-        grep -E "^  (fused|unfused)|the last timed|one more fused|^  unfused launch|^  gemm|^  moe_(dispatch|combine|swiglu)" $OUT/x/$tag-trace.txt | cut -c1-42,97-150
+        grep -E "^  (fused|unfused)|the last timed|one more fused|^  unfused launch|^  gemm|^  moe_(dispatch|combine|swiglu)" $OUT/x/$tag-trace.txt | cut -c1-160
         python3 scripts/trace_windows.py $OUT/x/$tag-trace.svg.csv --windows 6 > $OUT/x/$tag-windows.txt 2>&1
         rm -f $OUT/x/$tag-trace.svg
         gzip -f $OUT/x/$tag-trace.svg.csv
