@@ -42,6 +42,11 @@ for ((i = 0; i < ${#mode}; ++i)); do
         rm -f $OUT/x/$tag-trace.svg
         gzip -f $OUT/x/$tag-trace.svg.csv
       done ;;
+    w)  # r44: does the write wait cost the unfused launches with signals kept? (KOSMOS_DIAG=1: a GEMM
+        # tile with signals waits only for its stores' reads; safe there, no task of those launches
+        # waits) -- the release's two parts, the write wait and the atomics
+      moe_rounds "$K" 3 $OUT/x "qb:$Q,$B qbs:$Q,$B,--unfused-signals qbsw@KOSMOS_DIAG=1:$Q,$B,--unfused-signals"
+      moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals dsw@KOSMOS_DIAG=1:$D,--skip-cublas,--reps,20,--unfused-signals" ;;
     u)
       moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals qb:$Q,$B qbs:$Q,$B,--unfused-signals" ;;
     t)

@@ -72,14 +72,15 @@ moe_times() {
   echo "$(grep -E '^  (un)?fused( backward)? \(' "$1" | awk '{printf "%s=%s ", $1, $(NF-2)}') $(grep -E 'FAIL|differ|rror' "$1" | cut -c1-120 | head -2)"
 }
 
-moe_rounds() {
-  local bin=$1 rounds=$2 dir=$3 cases=$4 round c tag args
+moe_rounds() {  # bin rounds dir "tag:arg,arg tag2@VAR=1@VAR2=0:arg ..." [extra args]: @ sets the run's environment
+  local bin=$1 rounds=$2 dir=$3 cases=$4 round c tag args envs
   shift 4
   for round in $(seq 1 "$rounds"); do
     for c in $cases; do
       tag=${c%%:*}; args=${c#*:}; args=${args//,/ }
+      envs=${tag#*@}; [ "$envs" = "$tag" ] && envs=; tag=${tag%%@*}
       # shellcheck disable=SC2086
-      timeout 150 "$bin" bench moe $args "$@" > $dir/fwd-$tag-$round.txt 2>&1
+      env ${envs//@/ } timeout 150 "$bin" bench moe $args "$@" > $dir/fwd-$tag-$round.txt 2>&1
       echo "$tag r$round: $(moe_times $dir/fwd-$tag-$round.txt) $(el)"
     done
   done

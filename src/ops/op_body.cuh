@@ -52,7 +52,9 @@ struct RuntimeGemmWaiter {
   }
   // Whether another task waits for this one's outputs (it signals counters): then its TMA stores
   // must have been written, not only read from shared memory, before the runtime's release.
-  __device__ __forceinline__ bool outputs_awaited() const { return task->num_signals > 0; }
+  __device__ __forceinline__ bool outputs_awaited() const {
+    return task->num_signals > 0 && !(ctx->p->diag & runtime::kDiagNoWriteWait);
+  }
 
   // ---- The ring carry (gemm_tile.cuh; docs/design/gemm.md, "Ring carry") ----------------------
   // Whether this launch carries: bodies may claim ahead (their context has the claim) and the

@@ -192,6 +192,13 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   bool gemm_only = true;
   for (const plan::Task& t : plan.tasks) gemm_only &= t.kind == plan::TaskKind::kGemmTile;
   p.ring_carry = carry == 2 || (carry == 1 && gemm_only) ? 1u : 0u;
+  // Measurement switches (kernel_params.h), never set by the library. kDiagNoWriteWait applies only
+  // to launches without waits (no task of the launch reads another's outputs), where it is safe.
+  const uint32_t diag = env_override("KOSMOS_DIAG", 0u);
+  KOSMOS_CHECK(diag <= kDiagNoWriteWait, "KOSMOS_DIAG must be 0 or 1 (got ", diag, ")");
+  bool no_waits = true;
+  for (const plan::Task& t : plan.tasks) no_waits &= t.num_waits == 0;
+  p.diag = no_waits ? diag : 0u;
   p.publish = env_override("KOSMOS_PUBLISH", options.publish);
   KOSMOS_CHECK(p.publish <= kPublishWarp1Relaxed, "GpuOptions::publish must be 0, 1 or 2 (got ", p.publish,
                "; KOSMOS_PUBLISH overrides it)");

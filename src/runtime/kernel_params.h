@@ -40,7 +40,15 @@ struct KernelParamsHeader {
   uint32_t claim_ahead;         // ClaimAhead: 0 off, 1 bodies may claim their CTA's next task, 2 every task does (tests)
   uint32_t ring_carry;          // 1: a GEMM tile loads its CTA's next (claimed-ahead, ready) GEMM tile's first k blocks
   uint32_t publish;             // PublishMode: who releases a finished task's signals, and how
+  uint32_t diag;                // measurement switches (kDiag*; KOSMOS_DIAG), 0 in normal runs
 };
+
+// KernelParamsHeader::diag bits -- for measurements only, never set by the library:
+// kDiagNoWriteWait: a GEMM tile whose outputs are awaited waits only for its TMA stores' reads
+// (as one nobody waits for), not their writes, before the release. The executor sets it only in
+// launches without waits (MoeConfig::unfused_keep_signals: signals nobody waits for; the launch's
+// end completes the writes), where it is safe: it times the write wait's share of the release.
+inline constexpr uint32_t kDiagNoWriteWait = 1u;
 
 // The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:
 // TMA descriptors in param space. (Measured 2026-12-02: moving them to global memory made the GEMM

@@ -404,8 +404,10 @@ __global__ void __launch_bounds__(Body::kThreads, 1)
           const TaskContext ahead_ctx{&p, p.body, s_epoch, 0, &s_ahead};
           ahead_ctx.claim_next();
         }
-        s_start_ns = globaltimer_ns();
-        s_start_cycles = clock64();
+        if (p.trace) {  // the trace's start stamps (read after the body, only when tracing)
+          s_start_ns = globaltimer_ns();
+          s_start_cycles = clock64();
+        }
         if (ok && p.audit) {
           AuditRecord& a = p.audit[slot];
           a.start_seq = atomicAdd(reinterpret_cast<unsigned long long*>(&p.state->audit_seq), 1ull);
