@@ -13,7 +13,7 @@
 #        unfused launch under the timing's alternation): the SM clock and cycles per label in the
 #        steady state, DeepSeek-V3 forward, Qwen3 forward and saved backward (no --phase-times, so
 #        the unfused launches' last runs are the alternated ones):
-#        run(command="V=r43 scripts/call36.sh s", carry=["build/variants/r43"])
+#        run(command="V=r44 scripts/call36.sh sw", carry=["build/variants/r44"]) (r44 = r43 + KOSMOS_DIAG)
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r42}"
 mode=${1:-rut}
