@@ -32,7 +32,7 @@ for ((i = 0; i < ${#mode}; ++i)); do
         gzip -f $OUT/x/$tag-trace.svg.csv
       done ;;
     s)
-      for c in "sd:$D,--skip-cublas,--reps,20" "sq:$Q,--skip-cublas,--reps,20" "sqb:$Q,$B"; do
+      for c in ${S_CASES:-"sd:$D,--skip-cublas,--reps,20" "sq:$Q,--skip-cublas,--reps,20" "sqb:$Q,$B"}; do
         tag=${c%%:*}; args=${c#*:}
         # shellcheck disable=SC2086
         timeout 150 "$K" bench moe ${args//,/ } --trace-svg $OUT/x/$tag-trace.svg > $OUT/x/$tag-trace.txt 2>&1
@@ -45,8 +45,8 @@ for ((i = 0; i < ${#mode}; ++i)); do
     w)  # r44: does the write wait cost the unfused launches with signals kept? (KOSMOS_DIAG=1: a GEMM
         # tile with signals waits only for its stores' reads; safe there, no task of those launches
         # waits) -- the release's two parts, the write wait and the atomics
-      moe_rounds "$K" 3 $OUT/x "qb:$Q,$B qbs:$Q,$B,--unfused-signals qbsw@KOSMOS_DIAG=1:$Q,$B,--unfused-signals"
-      moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals dsw@KOSMOS_DIAG=1:$D,--skip-cublas,--reps,20,--unfused-signals" ;;
+      moe_rounds "$K" "${W_ROUNDS:-3}" $OUT/x "qb:$Q,$B qbs:$Q,$B,--unfused-signals qbsw@KOSMOS_DIAG=1:$Q,$B,--unfused-signals"
+      [ -n "${W_QWEN_ONLY:-}" ] || moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals dsw@KOSMOS_DIAG=1:$D,--skip-cublas,--reps,20,--unfused-signals" ;;
     u)
       moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals qb:$Q,$B qbs:$Q,$B,--unfused-signals" ;;
     t)
