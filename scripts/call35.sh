@@ -4,7 +4,7 @@
 # stores); r38: its third version (16-byte sectors through quad transposes), the GEMM1 rule's join
 # counter and the KOSMOS_TRUST_JOIN experiment. All three were removed after steps s and j (their
 # commits keep them: build one, `scripts/variants.sh pack r38`, to run n / b / s / j again); steps r
-# and t run on the final code: `V=r41 scripts/call35.sh rut`.
+# runs on the final code (r41; packed no longer: use r44, whose device code adds only KOSMOS_DIAG).
 #   run(command="V=r36 scripts/call35.sh nbt", carry=["build/variants/r36"])   steps in this order:
 #     n: the new GPU test alone (GpuMoeSwigluEpilogue.*: fp64, fused == unfused, saved == recompute);
 #     b: the saved backward with the switch against the default, both models, processes alternated
@@ -15,10 +15,7 @@
 #     j: KOSMOS_TRUST_JOIN=1 against the default (forward both models, Qwen3 saved backward);
 #     r: traces of the Qwen3 saved backward and the DeepSeek-V3 forward beside their launches alone
 #        (r41 = the session's final code: r35's device code plus the trace's SM clock): V=r41 scripts/call35.sh r;
-#     u: the unfused launches with signals kept against the plain ones (r41 on):
-#        run(command="V=r41 scripts/call35.sh rut", carry=["build/variants/r41"]);
-#     t: the whole GPU suite, engine and NCCL tests (the dispatch now zeroes recv_x / recv_dy padding
-#        rows and combine sums partials: every backward test runs that code, switch on or off).
+#     u, t: moved to scripts/call36.sh (ran there in the thirty-sixth session, on r42).
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r41}"
 mode=${1:-nbt}
@@ -73,11 +70,8 @@ for ((i = 0; i < ${#mode}; ++i)); do
       echo "bwd trace rc=$? $(el)"; grep -v "^\[" $OUT/x/bwd-trace.txt | grep -vE "count  SM-busy|moe_(backward|forward):" | cut -c1-150 | head -45
       timeout 120 "$K" bench moe ${D//,/ } --skip-cublas --phase-times --reps 10 --trace-svg $OUT/x/dfwd-trace.svg > $OUT/x/dfwd-trace.txt 2>&1
       echo "DeepSeek fwd trace rc=$? $(el)"; grep -v "^\[" $OUT/x/dfwd-trace.txt | grep -vE "count  SM-busy|moe_forward:" | cut -c1-150 | head -40 ;;
-    u)  # the unfused launches with the fused plan's signals kept (--unfused-signals) against the plain
-        # ones and the fused launch: does the release cost the fused tiles their extra 3-12 %?
-      moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals qb:$Q,$B qbs:$Q,$B,--unfused-signals" ;;
-    t)
-      suite_step "$V" ;;
+    # u (--unfused-signals A/B) and t (the suite on r41's code) ran in the thirty-sixth session as
+    # scripts/call36.sh's steps u and t.
   esac
   tar czf $OUT/x.tgz -C $OUT x
 done
