@@ -129,6 +129,9 @@ void add_bench_moe(CLI::App& bench) {
   cmd->add_flag("--unfused-signals", o->tuning.unfused_keep_signals,
                 "Diagnostic: the unfused launches keep the fused plan's signals (no waits), to time the release's share of "
                 "the fused launch's extra cost (MoeConfig::unfused_keep_signals)");
+  cmd->add_flag("--unfused-merge-gemms", o->tuning.unfused_merge_gemms,
+                "Diagnostic: the unfused composition runs its consecutive GEMM launches (the forward's GEMM1 and GEMM2) "
+                "as one, with the fused plan's waits and signals between them (MoeConfig::unfused_merge_gemms)");
   cmd->add_flag("--skip-cublas", o->skip_cublas, "Forward: leave out the cuBLAS grouped-GEMM pipeline (saves its memory)");
   cmd->add_option("--transport", o->transport,
                   "local: virtual ranks on one GPU (default); nccl: one process per GPU, launched with RANK / WORLD_SIZE / "
@@ -211,7 +214,7 @@ void add_bench_moe(CLI::App& bench) {
     // The unfused composition's line: its launch count from the plan, and the diagnostic it ran with.
     auto unfused_label = [&](const char* what, bool backward) {
       return std::string(what) + " (same kernels, " + std::to_string(L->phase_names(backward).size()) + " launches" +
-             (cfg.unfused_keep_signals ? ", signals kept)" : ")");
+             (cfg.unfused_keep_signals ? ", signals kept" : "") + (cfg.unfused_merge_gemms ? ", GEMMs merged" : "") + ")";
     };
     // Inputs: weights and x on the device (hash RNG), routing from the host.
     for (int r = 0; r < W; ++r) throw_if_error(fill_moe_rank_inputs(*L, r, routing, nullptr));

@@ -14,6 +14,9 @@
 #        steady state, DeepSeek-V3 forward, Qwen3 forward and saved backward (no --phase-times, so
 #        the unfused launches' last runs are the alternated ones):
 #        run(command="V=r44 scripts/call36.sh sw", carry=["build/variants/r44"]) (r44 = r43 + KOSMOS_DIAG)
+#     w: KOSMOS_DIAG=1 (r44+) against --unfused-signals alone and the plain composition (the write
+#        wait's share of the release), Qwen3 saved backward three rounds, DeepSeek-V3 forward two;
+#     m: r45 (--unfused-merge-gemms): run(command="V=r45 scripts/call36.sh msw", carry=["build/variants/r45"])
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r42}"
 mode=${1:-rut}
@@ -47,6 +50,20 @@ for ((i = 0; i < ${#mode}; ++i)); do
         # waits) -- the release's two parts, the write wait and the atomics
       moe_rounds "$K" "${W_ROUNDS:-3}" $OUT/x "qb:$Q,$B qbs:$Q,$B,--unfused-signals qbsw@KOSMOS_DIAG=1:$Q,$B,--unfused-signals"
       [ -n "${W_QWEN_ONLY:-}" ] || moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals dsw@KOSMOS_DIAG=1:$D,--skip-cublas,--reps,20,--unfused-signals" ;;
+    m)  # r45: is DeepSeek-V3's fused GEMM1 10 % slower in cycles because of dispatch's presence or
+        # the GEMMs' own waits and signals? --unfused-merge-gemms runs GEMM1 + GEMM2 as one launch
+        # with the fused plan's waits and signals between them (no dispatch, no combine); its trace
+        # against the fused launch's and the plain GEMM1 launch's, then two alternated rounds
+      for c in "md:$D,--skip-cublas,--reps,20,--unfused-merge-gemms" "mq:$Q,--skip-cublas,--reps,20,--unfused-merge-gemms"; do
+        tag=${c%%:*}; args=${c#*:}
+        # shellcheck disable=SC2086
+        timeout 150 "$K" bench moe ${args//,/ } --trace-svg $OUT/x/$tag-trace.svg > $OUT/x/$tag-trace.txt 2>&1
+        echo "$tag rc=$? $(el)"
+        grep -E "^  (fused|unfused)|the last timed|^  gemm" $OUT/x/$tag-trace.txt | head -12 | cut -c1-160
+        rm -f $OUT/x/$tag-trace.svg
+        gzip -f $OUT/x/$tag-trace.svg.csv
+      done
+      moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 dm:$D,--skip-cublas,--reps,20,--unfused-merge-gemms" ;;
     u)
       moe_rounds "$K" 2 $OUT/x "d:$D,--skip-cublas,--reps,20 ds:$D,--skip-cublas,--reps,20,--unfused-signals qb:$Q,$B qbs:$Q,$B,--unfused-signals" ;;
     t)

@@ -76,6 +76,12 @@ struct MoeConfig {
   // gives the release's share of what the fused launch's tasks cost more (docs/perf-notes.md,
   // thirty-fifth session). Results are the same either way.
   bool unfused_keep_signals = false;
+  // Diagnostic: consecutive unfused launches of GEMM tiles alone (the forward's GEMM1 and GEMM2) run
+  // as one launch with the fused plan's waits and signals between them (waits on the launches
+  // before are dropped, and the GEMM wait rules on their counters cleared): the fused launch without
+  // dispatch and combine, to tell whether their presence or the GEMMs' own synchronisation makes the
+  // fused launch's GEMM tiles slower (docs/perf-notes.md, thirty-sixth session). Same results.
+  bool unfused_merge_gemms = false;
   int max_ctas = 0;
   int dispatch_experts_per_task = 0;  // 0: chosen from E, W and the CTA count
   int combine_tokens_per_task = 0;    // 0: chosen from T, W and the CTA count (a multiple of 12 warps)

@@ -250,17 +250,36 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
     std::memcpy(&a, t.args, sizeof(a));
     labels->push_back("gemm " + (a.problem < dp.problem_names.size() ? dp.problem_names[a.problem] : std::string("?")));
   }
-  auto build = [&](int phase, plan::Plan* p) -> Status {  // phase < 0: fused
-    plan::PlanBuilder b(W, phase < 0 ? dp.name : dp.name + "_phase" + std::to_string(phase));
+  // A launch's phases: empty = the fused plan (every phase, every wait and signal); one phase = an
+  // unfused launch (every edge crosses a launch boundary: no waits; signals kept only as a
+  // diagnostic); several (MoeConfig::unfused_merge_gemms) = their waits and signals among
+  // themselves, waits on the launches before dropped.
+  auto in_launch = [&](const TaskRec& t, const std::vector<int>& phases) {
+    return phases.empty() || std::find(phases.begin(), phases.end(), t.phase) != phases.end();
+  };
+  // The counters the launch's own tasks signal (rank-blind: a counter index).
+  auto signalled_in = [&](const std::vector<int>& phases) {
+    std::vector<bool> sig(dp.num_counters, false);
+    for (const TaskRec& t : dp.tasks)
+      if (in_launch(t, phases))
+        for (const plan::Signal& s : t.signals) sig[s.counter] = true;
+    return sig;
+  };
+  auto build = [&](const std::vector<int>& phases, plan::Plan* p) -> Status {
+    std::string name = dp.name;
+    for (int ph : phases) name += "_phase" + std::to_string(ph);
+    plan::PlanBuilder b(W, name);
     for (uint32_t i = 0; i < nb; ++i) b.add_buffer(to_string(MoeBuffer(i)), moe_buffer_info(cfg, MoeBuffer(i)).bytes(), true);
     b.add_counters(dp.num_counters);
+    const bool fused = phases.empty(), merged = phases.size() > 1;
+    const std::vector<bool> sig = signalled_in(phases);
     for (const TaskRec& t : dp.tasks) {
-      if (phase >= 0 && t.phase != phase) continue;
+      if (!in_launch(t, phases)) continue;
       const uint32_t id = b.add_task(t.kind, t.rank);
       b.set_args(id, t.args);
-      if (phase < 0)  // unfused: every edge crosses a launch boundary (signals kept only as a diagnostic)
-        for (const plan::Wait& w : t.waits) b.wait(id, w.counter, w.target);
-      if (phase < 0 || cfg.unfused_keep_signals)
+      for (const plan::Wait& w : t.waits)
+        if (fused || (merged && sig[w.counter])) b.wait(id, w.counter, w.target);
+      if (fused || merged || cfg.unfused_keep_signals)
         for (const plan::Signal& s : t.signals) b.signal(id, s.rank, s.counter, s.amount);
     }
     return b.build(p);
@@ -271,10 +290,11 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
   ro.trace = cfg.trace;
   ro.max_ctas = cfg.max_ctas;
   ro.cpu_workers = 4;
-  auto make_runner = [&](const plan::Plan& full, bool keep_rules, std::unique_ptr<ops::OpRunner>* r) -> Status {
+  // keep_rule[c]: a GEMM wait rule on counter c stays (its counters are signalled in the launch).
+  auto make_runner = [&](const plan::Plan& full, const std::vector<bool>& keep_rule, std::unique_ptr<ops::OpRunner>* r) -> Status {
     std::vector<ops::GemmProblemSpec> sp = dp.problems;
-    if (!keep_rules)
-      for (auto& s : sp) s.rule = ops::GemmWaitRule{};
+    for (auto& s : sp)
+      if (s.rule.counter_base != ops::GemmWaitRule::kNoWait && !keep_rule[s.rule.counter_base]) s.rule = ops::GemmWaitRule{};
     // One rank per process: only this rank's tasks; peers' signals become external arrivals.
     const plan::Plan p = dist ? plan::restrict_to_rank(full, uint32_t(dist->rank)) : full;
     KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(p, sp, ro, r));
@@ -284,23 +304,37 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
     return Status::ok();
   };
   plan::Plan pf;
-  KOSMOS_RETURN_IF_ERROR(build(-1, &pf));
+  KOSMOS_RETURN_IF_ERROR(build({}, &pf));
   *tasks_fused = pf.tasks.size();
-  KOSMOS_RETURN_IF_ERROR(make_runner(pf, true, fused));
-  *tasks_unfused = 0;
-  phase_names->clear();  // the phases that have tasks: one launch each
-  phase_labels->clear();
+  KOSMOS_RETURN_IF_ERROR(make_runner(pf, std::vector<bool>(dp.num_counters, true), fused));
+  // The unfused launches: the phases that have tasks, one launch each, or with
+  // cfg.unfused_merge_gemms consecutive phases of GEMM tiles alone together.
+  std::vector<std::vector<int>> launches;
+  bool last_gemms = false;
   for (int ph = 0; ph < int(dp.phase_names.size()); ++ph) {
-    if (std::none_of(dp.tasks.begin(), dp.tasks.end(), [&](const TaskRec& t) { return t.phase == ph; })) continue;
-    phase_names->push_back(dp.phase_names[size_t(ph)]);
-    phase_labels->emplace_back();  // the phase plan's tasks are the fused plan's of that phase, in order
+    bool any = false, gemms = true;
+    for (const TaskRec& t : dp.tasks)
+      if (t.phase == ph) any = true, gemms &= t.kind == TaskKind::kGemmTile;
+    if (!any) continue;
+    if (cfg.unfused_merge_gemms && gemms && last_gemms) launches.back().push_back(ph);
+    else launches.push_back({ph});
+    last_gemms = gemms;
+  }
+  *tasks_unfused = 0;
+  phase_names->clear();
+  phase_labels->clear();
+  for (const std::vector<int>& phases : launches) {
+    std::string name;
+    for (int ph : phases) name += (name.empty() ? "" : " + ") + dp.phase_names[size_t(ph)];
+    phase_names->push_back(name);
+    phase_labels->emplace_back();  // the launch's tasks are the fused plan's of its phases, in order
     for (size_t i = 0; i < dp.tasks.size(); ++i)
-      if (dp.tasks[i].phase == ph) phase_labels->back().push_back((*labels)[i]);
+      if (in_launch(dp.tasks[i], phases)) phase_labels->back().push_back((*labels)[i]);
     plan::Plan pp;
-    KOSMOS_RETURN_IF_ERROR(build(ph, &pp));
+    KOSMOS_RETURN_IF_ERROR(build(phases, &pp));
     *tasks_unfused += pp.tasks.size();
     std::unique_ptr<ops::OpRunner> r;
-    KOSMOS_RETURN_IF_ERROR(make_runner(pp, false, &r));
+    KOSMOS_RETURN_IF_ERROR(make_runner(pp, phases.size() > 1 ? signalled_in(phases) : std::vector<bool>(dp.num_counters, false), &r));
     unfused->push_back(std::move(r));
   }
   return Status::ok();

@@ -2,6 +2,7 @@
 // weights, dGateUp, dDown) against fp64, fused == unfused composition bit for bit, uniform and
 // skewed routing (empty experts), dropped slots, ragged H / I; the grouped-K GEMM mode of the
 // engine's host implementation exactly; bad configurations named.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "../moe_check.h"
@@ -155,6 +156,39 @@ TEST(MoeBackwardCpuShapes, UnfusedWithSignalsKeptSameOutputs) {
       ASSERT_TRUE(L->run_backward_composition(false).is_ok());
       EXPECT_EQ(check_moe_backward(*L, h), "") << "W=" << W;
       for (int r = 0; r < W; ++r) EXPECT_TRUE(read_grads(*L, r) == fused[r]) << "W=" << W << " rank " << r;
+    }
+  }
+}
+
+// MoeConfig::unfused_merge_gemms (a diagnostic): the forward's GEMM1 and GEMM2 launches become one
+// (six launches, not seven) with their waits and signals between them; the backward has no two GEMM
+// launches in a row and keeps its five. Outputs stay the fused launch's, bit for bit, run after run.
+TEST(MoeBackwardCpuShapes, UnfusedWithGemmsMergedSameOutputs) {
+  for (int W : {1, 2}) {
+    MoeConfig c = moe_config(W, 37, 128, 64, 16, 4, true);
+    c.backward = true;
+    std::unique_ptr<MoeLayer> plain;
+    ASSERT_TRUE(MoeLayer::plan(c, &plain).is_ok());
+    c.unfused_merge_gemms = true;
+    std::unique_ptr<MoeLayer> L;
+    ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+    ASSERT_EQ(L->phase_names(false).size() + 1, plain->phase_names(false).size());
+    const std::vector<std::string>& was = plain->phase_names(false);
+    const auto gemm1 = std::find_if(was.begin(), was.end(), [](const std::string& n) { return n.rfind("GEMM1", 0) == 0; });
+    ASSERT_TRUE(gemm1 != was.end() && gemm1 + 1 != was.end());
+    EXPECT_NE(std::find(L->phase_names(false).begin(), L->phase_names(false).end(), *gemm1 + " + " + *(gemm1 + 1)),
+              L->phase_names(false).end());
+    EXPECT_EQ(L->phase_names(true), plain->phase_names(true));
+    MoeHost h{c};
+    fill_moe_backward(*L, h, 4343 + W, Routing::kSkewedWithDrops);
+    ASSERT_TRUE(L->run_composition(true).is_ok());
+    std::vector<std::vector<uint16_t>> y(W);
+    for (int r = 0; r < W; ++r) y[r] = read_y(*L, r);
+    for (int rep = 0; rep < 2; ++rep) {  // twice: the merged launch's counters advance with the epochs
+      poison(*L);
+      ASSERT_TRUE(L->run_composition(false).is_ok());
+      EXPECT_EQ(check_moe(*L, h), "") << "W=" << W;
+      for (int r = 0; r < W; ++r) EXPECT_TRUE(read_y(*L, r) == y[r]) << "W=" << W << " rank " << r;
     }
   }
 }
