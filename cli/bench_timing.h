@@ -46,8 +46,8 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
                             int lanes);
 
 // The records of one traced launch as CSV rows for offline study (scripts/trace_windows.py):
-// launch,label,task,sm,cta,start_ns,end_ns,cycles -- `launch` names the launch (0 = the fused one,
-// i = the unfused composition's i-th), start and end relative to the launch's first start. With
+// launch,label,task,sm,cta,start_ns,end_ns,cycles -- `launch` is the caller's number for the launch
+// (trace_moe_run's are in its comment), start and end relative to the launch's first start. With
 // header = true the column line comes first. Records that did not run are skipped.
 std::string trace_csv(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels, int launch,
                       bool header);

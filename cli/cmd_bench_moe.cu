@@ -131,7 +131,7 @@ void add_bench_moe(CLI::App& bench) {
                 "the fused launch's extra cost (MoeConfig::unfused_keep_signals)");
   cmd->add_flag("--unfused-merge-gemms", o->tuning.unfused_merge_gemms,
                 "Diagnostic: the unfused composition runs its consecutive GEMM launches (the forward's GEMM1 and GEMM2) "
-                "as one, with the fused plan's waits and signals between them (MoeConfig::unfused_merge_gemms)");
+                "as one, with the fused plan's waits and signals between them (MoeConfig::unfused_merge_gemms; virtual ranks only)");
   cmd->add_flag("--skip-cublas", o->skip_cublas, "Forward: leave out the cuBLAS grouped-GEMM pipeline (saves its memory)");
   cmd->add_option("--transport", o->transport,
                   "local: virtual ranks on one GPU (default); nccl: one process per GPU, launched with RANK / WORLD_SIZE / "
@@ -140,7 +140,7 @@ void add_bench_moe(CLI::App& bench) {
   cmd->callback([o, cmd] {
     const bool nccl = o->transport == "nccl";
     if (nccl) {  // the world is WORLD_SIZE
-      for (const char* opt : {"--world", "--phase-times", "--dump-routing"})
+      for (const char* opt : {"--world", "--phase-times", "--dump-routing", "--unfused-merge-gemms"})
         if (cmd->count(opt))
           throw Error(Status(StatusCode::kInvalidArgument,
                              std::string("bench moe: ") + opt + " is not available with --transport nccl" +

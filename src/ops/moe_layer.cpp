@@ -240,6 +240,10 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
                     std::vector<std::string>* labels, std::vector<std::string>* phase_names,
                     std::vector<std::vector<std::string>>* phase_labels) {
   const uint32_t W = uint32_t(cfg.world), nb = uint32_t(MoeBuffer::kCount);
+  // The merged launch keeps signals into peers' counters that no task of it waits for; across GPUs
+  // they would land in a peer's other launch. A one-process diagnostic.
+  KOSMOS_CHECK(!(dist && cfg.unfused_merge_gemms),
+               "MoeConfig::unfused_merge_gemms is a diagnostic for virtual ranks in one process, not for a distributed layer");
   labels->clear();  // per task of the fused plan (its task ids are the indices of dp.tasks)
   for (const TaskRec& t : dp.tasks) {
     if (t.kind != TaskKind::kGemmTile) {

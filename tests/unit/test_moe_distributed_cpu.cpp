@@ -131,3 +131,23 @@ TEST(MoeDistributedCpu, EachRankIsPlannedForAWholeGpu) {
                 fwd[0], bwd[0], V->num_tasks(true), V->num_backward_tasks(true), W);
   }
 }
+
+// MoeConfig::unfused_merge_gemms is a one-process diagnostic: a distributed layer names it an error
+// (its merged launch would signal peers' counters that none of its own tasks waits for).
+// Every rank plans (the symmetric allocations are collective) and gets the error.
+TEST(MoeDistributedCpu, MergedGemmsDiagnosticIsOneProcessOnly) {
+  MoeConfig c = moe_config(2, 16, 64, 32, 4, 2, true);
+  c.unfused_merge_gemms = true;
+  SymmetricHeap heap(2);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.emplace_back([&, rank] {
+      std::unique_ptr<MoeLayer> L;
+      const Status s = MoeLayer::plan_distributed(c, heap.context(rank), &L);
+      messages[rank] = s ? "planned" : s.message();
+    });
+  for (auto& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(messages[rank].find("unfused_merge_gemms"), std::string::npos) << "rank " << rank << ": " << messages[rank];
+}
