@@ -279,34 +279,36 @@ Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const std::vector<std::string>& phases = L.phase_names(backward);
   std::vector<runtime::TraceRecord> tr;
-  // First what the timed runs left (every run records its trace): the last fused run and each
-  // unfused launch's last run, under the timing's alternation -- the card's clock then has the same
-  // history for both, which the runs below (after this host work) need not have. CSV launches 100+.
-  KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
-  std::printf("  the last timed fused run:\n%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
-  std::string csv = trace_csv(tr, L.task_labels(backward), 100, true);
-  for (size_t i = 0; i < phases.size(); ++i) {
-    KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
-    std::printf("  the last timed run of unfused launch %zu (%s):\n%s", i + 1, phases[i].c_str(),
-                trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
-    csv += trace_csv(tr, L.phase_task_labels(i, backward), 100 + int(i) + 1, false);
-  }
-  // Then one more fused run for the SVG, its breakdown (CSV launch 0) ...
+  std::string csv;
+  // The fused runner's last run, then each unfused launch's last run: breakdown and CSV rows.
+  auto report_fused = [&](const char* what, int launch) -> Status {
+    KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
+    std::printf("  %s:\n%s", what, trace_breakdown(tr, L.task_labels(backward), sms).c_str());
+    csv += trace_csv(tr, L.task_labels(backward), launch, csv.empty());
+    return Status::ok();
+  };
+  auto report_unfused = [&](const char* what, int first_launch) -> Status {
+    for (size_t i = 0; i < phases.size(); ++i) {
+      KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
+      std::printf("  %s %zu (%s):\n%s", what, i + 1, phases[i].c_str(), trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
+      csv += trace_csv(tr, L.phase_task_labels(i, backward), first_launch + int(i), false);
+    }
+    return Status::ok();
+  };
+  // First what the timed runs left (every run records its trace), under the timing's alternation --
+  // the card's clock then has the same history for both, which the runs below (after this host
+  // work) need not have. CSV launches 100+.
+  KOSMOS_RETURN_IF_ERROR(report_fused("the last timed fused run", 100));
+  KOSMOS_RETURN_IF_ERROR(report_unfused("the last timed run of unfused launch", 101));
+  // Then one more fused run for the SVG (CSV launch 0) and the unfused composition once more right
+  // after it (CSV launches 1..): the same tiles in their own launches. The SVG is written after both.
   KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(true, s) : L.run_composition(true, s));
   KOSMOS_RETURN_IF_ERROR(L.finish(s));
-  KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
-  std::printf("  one more fused run:\n%s", trace_breakdown(tr, L.task_labels(backward), sms).c_str());
-  csv += trace_csv(tr, L.task_labels(backward), 0, false);
+  KOSMOS_RETURN_IF_ERROR(report_fused("one more fused run", 0));
   const std::vector<runtime::TraceRecord> fused_records = tr;
-  // ... and the unfused composition once more right after it (CSV launches 1..), each launch's
-  // tasks by label: the same tiles in their own launch. The SVG is written after both.
   KOSMOS_RETURN_IF_ERROR(backward ? L.run_backward_composition(false, s) : L.run_composition(false, s));
   KOSMOS_RETURN_IF_ERROR(L.finish(s));
-  for (size_t i = 0; i < phases.size(); ++i) {
-    KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
-    std::printf("  unfused launch %zu (%s):\n%s", i + 1, phases[i].c_str(), trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
-    csv += trace_csv(tr, L.phase_task_labels(i, backward), int(i) + 1, false);
-  }
+  KOSMOS_RETURN_IF_ERROR(report_unfused("unfused launch", 1));
   KOSMOS_RETURN_IF_ERROR(runtime::write_trace_files(fused_records, title, "", svg_path));
   std::ofstream f(svg_path + ".csv");
   KOSMOS_CHECK(f.good(), "trace: cannot write '", svg_path, ".csv'");

@@ -261,29 +261,30 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
   auto in_launch = [&](const TaskRec& t, const std::vector<int>& phases) {
     return phases.empty() || std::find(phases.begin(), phases.end(), t.phase) != phases.end();
   };
-  // The counters the launch's own tasks signal (rank-blind: a counter index).
-  auto signalled_in = [&](const std::vector<int>& phases) {
-    std::vector<bool> sig(dp.num_counters, false);
-    for (const TaskRec& t : dp.tasks)
-      if (in_launch(t, phases))
-        for (const plan::Signal& s : t.signals) sig[s.counter] = true;
-    return sig;
+  // kept[c]: the launch keeps waits (and GEMM wait rules) on counter c -- every counter in the fused
+  // plan, none in a one-phase launch, those its own tasks signal in a merged one (rank-blind).
+  auto kept_waits = [&](const std::vector<int>& phases) {
+    std::vector<bool> kept(dp.num_counters, phases.empty());
+    if (phases.size() > 1)
+      for (const TaskRec& t : dp.tasks)
+        if (in_launch(t, phases))
+          for (const plan::Signal& s : t.signals) kept[s.counter] = true;
+    return kept;
   };
-  auto build = [&](const std::vector<int>& phases, plan::Plan* p) -> Status {
+  auto build = [&](const std::vector<int>& phases, const std::vector<bool>& kept, plan::Plan* p) -> Status {
     std::string name = dp.name;
     for (int ph : phases) name += "_phase" + std::to_string(ph);
     plan::PlanBuilder b(W, name);
     for (uint32_t i = 0; i < nb; ++i) b.add_buffer(to_string(MoeBuffer(i)), moe_buffer_info(cfg, MoeBuffer(i)).bytes(), true);
     b.add_counters(dp.num_counters);
-    const bool fused = phases.empty(), merged = phases.size() > 1;
-    const std::vector<bool> sig = signalled_in(phases);
+    const bool keep_signals = phases.size() != 1 || cfg.unfused_keep_signals;
     for (const TaskRec& t : dp.tasks) {
       if (!in_launch(t, phases)) continue;
       const uint32_t id = b.add_task(t.kind, t.rank);
       b.set_args(id, t.args);
       for (const plan::Wait& w : t.waits)
-        if (fused || (merged && sig[w.counter])) b.wait(id, w.counter, w.target);
-      if (fused || merged || cfg.unfused_keep_signals)
+        if (kept[w.counter]) b.wait(id, w.counter, w.target);
+      if (keep_signals)
         for (const plan::Signal& s : t.signals) b.signal(id, s.rank, s.counter, s.amount);
     }
     return b.build(p);
@@ -294,11 +295,11 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
   ro.trace = cfg.trace;
   ro.max_ctas = cfg.max_ctas;
   ro.cpu_workers = 4;
-  // keep_rule[c]: a GEMM wait rule on counter c stays (its counters are signalled in the launch).
-  auto make_runner = [&](const plan::Plan& full, const std::vector<bool>& keep_rule, std::unique_ptr<ops::OpRunner>* r) -> Status {
+  // A GEMM wait rule stays where the launch keeps waits on its base counter (kept_waits).
+  auto make_runner = [&](const plan::Plan& full, const std::vector<bool>& kept, std::unique_ptr<ops::OpRunner>* r) -> Status {
     std::vector<ops::GemmProblemSpec> sp = dp.problems;
     for (auto& s : sp)
-      if (s.rule.counter_base != ops::GemmWaitRule::kNoWait && !keep_rule[s.rule.counter_base]) s.rule = ops::GemmWaitRule{};
+      if (s.rule.counter_base != ops::GemmWaitRule::kNoWait && !kept[s.rule.counter_base]) s.rule = ops::GemmWaitRule{};
     // One rank per process: only this rank's tasks; peers' signals become external arrivals.
     const plan::Plan p = dist ? plan::restrict_to_rank(full, uint32_t(dist->rank)) : full;
     KOSMOS_RETURN_IF_ERROR(ops::OpRunner::create(p, sp, ro, r));
@@ -308,9 +309,10 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
     return Status::ok();
   };
   plan::Plan pf;
-  KOSMOS_RETURN_IF_ERROR(build({}, &pf));
+  const std::vector<bool> all = kept_waits({});
+  KOSMOS_RETURN_IF_ERROR(build({}, all, &pf));
   *tasks_fused = pf.tasks.size();
-  KOSMOS_RETURN_IF_ERROR(make_runner(pf, std::vector<bool>(dp.num_counters, true), fused));
+  KOSMOS_RETURN_IF_ERROR(make_runner(pf, all, fused));
   // The unfused launches: the phases that have tasks, one launch each, or with
   // cfg.unfused_merge_gemms consecutive phases of GEMM tiles alone together.
   std::vector<std::vector<int>> launches;
@@ -335,10 +337,11 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
     for (size_t i = 0; i < dp.tasks.size(); ++i)
       if (in_launch(dp.tasks[i], phases)) phase_labels->back().push_back((*labels)[i]);
     plan::Plan pp;
-    KOSMOS_RETURN_IF_ERROR(build(phases, &pp));
+    const std::vector<bool> kept = kept_waits(phases);
+    KOSMOS_RETURN_IF_ERROR(build(phases, kept, &pp));
     *tasks_unfused += pp.tasks.size();
     std::unique_ptr<ops::OpRunner> r;
-    KOSMOS_RETURN_IF_ERROR(make_runner(pp, phases.size() > 1 ? signalled_in(phases) : std::vector<bool>(dp.num_counters, false), &r));
+    KOSMOS_RETURN_IF_ERROR(make_runner(pp, kept, &r));
     unfused->push_back(std::move(r));
   }
   return Status::ok();

@@ -189,15 +189,16 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   // 2: every launch; 1: only launches of GEMM tiles alone (the default while the claim ran on the
   // producer thread: a fused layer's GEMM tiles, which wait on and feed other kinds of tasks, then
   // ran 3-5 % slower with the carry; twenty-seventh to twenty-ninth sessions).
-  bool gemm_only = true;
-  for (const plan::Task& t : plan.tasks) gemm_only &= t.kind == plan::TaskKind::kGemmTile;
+  bool gemm_only = true, no_waits = true;
+  for (const plan::Task& t : plan.tasks) {
+    gemm_only &= t.kind == plan::TaskKind::kGemmTile;
+    no_waits &= t.num_waits == 0;
+  }
   p.ring_carry = carry == 2 || (carry == 1 && gemm_only) ? 1u : 0u;
   // Measurement switches (kernel_params.h), never set by the library. kDiagNoWriteWait applies only
   // to launches without waits (no task of the launch reads another's outputs), where it is safe.
   const uint32_t diag = env_override("KOSMOS_DIAG", 0u);
   KOSMOS_CHECK(diag <= kDiagNoWriteWait, "KOSMOS_DIAG must be 0 or 1 (got ", diag, ")");
-  bool no_waits = true;
-  for (const plan::Task& t : plan.tasks) no_waits &= t.num_waits == 0;
   p.diag = no_waits ? diag : 0u;
   p.publish = env_override("KOSMOS_PUBLISH", options.publish);
   KOSMOS_CHECK(p.publish <= kPublishWarp1Relaxed, "GpuOptions::publish must be 0, 1 or 2 (got ", p.publish,
