@@ -1,7 +1,7 @@
 #!/bin/bash
 # The thirty-seventh session's device calls (r45 = e8358e0, the thirty-sixth session's final code;
 # its device code -- the KOSMOS_DIAG bit, trace stamps only when tracing -- never GPU-run).
-#   run(command="V=r45 scripts/call37.sh tm", carry=["build/variants/r45"])   steps in this order:
+#   run(command="V=r45 scripts/call37.sh [auto|STEPS]", carry=["build/variants/r45"])   steps in this order:
 #     t: the whole GPU suite, engine and NCCL tests;
 #     m, s, w: scripts/call36.sh's steps (--unfused-merge-gemms traces and rounds; the timed runs'
 #        traces; KOSMOS_DIAG=1 against --unfused-signals);
@@ -11,8 +11,14 @@
 #        on the same group sizes, then `bench gemm` (the eight dense shapes against cuBLAS).
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r45}"
-mode=${1:-tm}
+mode=${1:-auto}
+# auto: on an H200 the suite and the issue tables (the goals are stated for it), on an H100 the
+# suite and the diagnostics; a step that would likely not finish inside the call's 600 s is left out.
+[ "$mode" = auto ] && { [ "$g" = h200 ] && mode=tcgm || mode=tmsw; }
+budget() { [ $(($(date +%s) - start)) -lt "$1" ] || { echo "no time for step $2 $(el)"; false; }; }
+declare -A step_limit=([t]=600 [m]=420 [s]=420 [w]=380 [c]=460 [g]=400)
 for ((i = 0; i < ${#mode}; ++i)); do
+  budget "${step_limit[${mode:i:1}]:-600}" "${mode:i:1}" || continue
   case ${mode:i:1} in
     t) suite_step "$V" ;;
     m|s|w)  # call36.sh's own start prints the GPU again; its logs go to x-STEP.tgz
