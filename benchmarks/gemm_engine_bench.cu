@@ -12,10 +12,14 @@
 // (N, K) shapes as JSON before any GPU work, for bench/torch_baselines.py grouped-gemm --sizes PATH;
 // --dump-only exits after writing it (no GPU needed).
 // --pair-b (experiment, NT shapes with 128x256 tiles and an even number of m runs; grouped only with
-// --uniform-groups): also times the standalone engine in 2-CTA clusters whose pair shares each B tile
+// --uniform-groups or --equal-groups): also times the standalone engine in 2-CTA clusters whose pair shares each B tile
 // (multicast, one load per pair; gemm_tile_pair_b), checks its C equals the plain engine's bit for
 // bit, and prints the ratio.
 // --uniform-groups: the grouped cases with 32 experts of 768 rows each (no skew, no partial block).
+// --equal-groups G,ROWS: G experts of ROWS rows each instead (--uniform-groups is 32,768);
+// --grouped-cases N,K[:N,K...]: those (N, K) problems instead of the DeepSeek-V3 proxy's two. The
+// Qwen3 proxy's MoE GEMMs at T = 4096, W = 1: --equal-groups 128,256 --grouped-cases 3072,4096:4096,1536
+// (with --pair-b: does B multicast relieve the L2 where the MoE's GEMM1 ran at 93 % of its peak?).
 // --claim-order M|N,RUN,GROUP: the grouped kosmos::Gemm plans (separate and merged tiles) claim
 // their tiles in that order instead of the planner's (GemmOptions::claim_order).
 // --compare-orders M|N,RUN,GROUP[:...]: kosmos::Gemm under each listed order, tails separate and
@@ -531,11 +535,11 @@ Row bench_dense(cublasHandle_t cub, const Options& o, int sms, int64_t M, int64_
 // worth of traffic), Zipf-like weights, 3 experts empty. Deterministic.
 // --uniform-groups: every expert 768 rows (24,576 in all, no partial row block): the grouped cost
 // apart from the skew and the tails, against the dense 768 x 131072 x K problem of the same reuse.
-bool g_uniform_groups = false;
+int g_equal_groups = 0, g_equal_rows = 0;  // --uniform-groups / --equal-groups G,ROWS (0: skewed)
 
 std::vector<int> expert_rows() {
   const int G = 32, total = 24588;
-  if (g_uniform_groups) return std::vector<int>(G, 768);
+  if (g_equal_groups > 0) return std::vector<int>(g_equal_groups, g_equal_rows);
   std::mt19937 rng(1234);
   std::vector<double> w(G);
   for (int g = 0; g < G; ++g) w[g] = 1.0 / std::pow(g + 1.0, 0.7);
@@ -551,12 +555,31 @@ std::vector<int> expert_rows() {
   return m;
 }
 
-// The grouped cases of main(): name, N, K (one list, used by the benchmark and by --dump-groups).
+// The grouped cases of main(): name, N, K (one list, used by the benchmark and by --dump-groups);
+// --grouped-cases replaces it.
 struct GroupedCase {
-  const char* name;
+  std::string name;
   int64_t n, k;
 };
-constexpr GroupedCase kGroupedCases[] = {{"moe gate+up", 4096, 7168}, {"moe down", 7168, 2048}};
+std::vector<GroupedCase> g_grouped_cases = {{"moe gate+up", 4096, 7168}, {"moe down", 7168, 2048}};
+
+// --grouped-cases N,K[:N,K...]: false on a malformed list (N, K positive multiples of 8).
+bool parse_grouped_cases(const std::string& v) {
+  std::vector<GroupedCase> cases;
+  size_t at = 0;
+  while (at <= v.size()) {
+    const size_t end = std::min(v.find(':', at), v.size());
+    long long n = 0, k = 0;
+    char tail = 0;
+    if (std::sscanf(v.substr(at, end - at).c_str(), "%lld,%lld%c", &n, &k, &tail) != 2 || n <= 0 || k <= 0 ||
+        n % 8 || k % 8)
+      return false;
+    cases.push_back({"grouped N=" + std::to_string(n) + " K=" + std::to_string(k), n, k});
+    at = end + 1;
+  }
+  g_grouped_cases = cases;
+  return !cases.empty();
+}
 
 bool dump_groups(const std::string& path) {
   const std::vector<int> gm = expert_rows();
@@ -568,15 +591,16 @@ bool dump_groups(const std::string& path) {
   int total = 0, empty = 0;
   for (int m : gm) total += m, empty += m == 0;
   std::fprintf(f, "{\n  \"source\": \"benchmarks/gemm_engine_bench.cu expert_rows()\",\n");
-  std::fprintf(f, "  \"description\": \"32 local experts of the DeepSeek-V3 proxy, %s\",\n",
-               g_uniform_groups ? "768 rows each (--uniform-groups)" : "skewed per-expert rows, some empty");
+  std::fprintf(f, "  \"description\": \"%s\",\n",
+               g_equal_groups ? ("equal groups of " + std::to_string(g_equal_rows) + " rows").c_str()
+                              : "skewed per-expert rows, some empty");
   std::fprintf(f, "  \"num_groups\": %zu,\n  \"total_rows\": %d,\n  \"empty_groups\": %d,\n  \"group_m\": [", gm.size(), total, empty);
   for (size_t g = 0; g < gm.size(); ++g) std::fprintf(f, "%s%d", g ? ", " : "", gm[g]);
   std::fprintf(f, "],\n  \"cases\": [\n");
-  const size_t nc = sizeof(kGroupedCases) / sizeof(kGroupedCases[0]);
+  const size_t nc = g_grouped_cases.size();
   for (size_t i = 0; i < nc; ++i)
-    std::fprintf(f, "    {\"name\": \"%s\", \"n\": %lld, \"k\": %lld}%s\n", kGroupedCases[i].name,
-                 (long long)kGroupedCases[i].n, (long long)kGroupedCases[i].k, i + 1 < nc ? "," : "");
+    std::fprintf(f, "    {\"name\": \"%s\", \"n\": %lld, \"k\": %lld}%s\n", g_grouped_cases[i].name.c_str(),
+                 (long long)g_grouped_cases[i].n, (long long)g_grouped_cases[i].k, i + 1 < nc ? "," : "");
   std::fprintf(f, "  ]\n}\n");
   std::fclose(f);
   std::fprintf(stderr, "group sizes written to %s (%zu groups, %d rows, %d empty)\n", path.c_str(), gm.size(), total, empty);
@@ -709,7 +733,7 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     r.pair_equal = pair_b_matches_plain(P[0], C[0]->p, c_el, sms, run, o.raster);
     launchers.push_back([&](int s) { launch_pair_b(P[s], sms, run, o.raster); });
   } else if (o.pair_b) {
-    std::fprintf(stderr, "[gemm_engine_bench] --pair-b: %s skipped (needs --layout nt, 128x256 tiles and --uniform-groups)\n", name);
+    std::fprintf(stderr, "[gemm_engine_bench] --pair-b: %s skipped (needs --layout nt, 128x256 tiles and equal groups of whole run pairs: --uniform-groups, --equal-groups)\n", name);
   }
   const std::vector<float> t = time_medians(o.reps, sets, launchers);
   if (pair) r.pair_ms = t[6];
@@ -742,6 +766,7 @@ constexpr const char* kUsage =
     "  gemm_engine_bench [--json PATH] [--reps N] [--run R|auto] [--raster G] [--shape auto|256|128|64]\n"
     "                    [--layout nt|nn] [--dense-only|--grouped-only] [--shapes MxNxK[,MxNxK...]]\n"
     "                    [--dump-groups PATH [--dump-only]] [--pair-b] [--raster-sweep R] [--uniform-groups]\n"
+    "                    [--equal-groups G,ROWS] [--grouped-cases N,K[:N,K...]]\n"
     "                    [--claim-order M|N,RUN,GROUP] [--compare-orders M|N,RUN,GROUP[:...]] [--compare-carry]\n"
     "                    [--data uniform|normal]\n";
 
@@ -768,7 +793,23 @@ int main(int argc, char** argv) {
     else if (a == "--dump-groups") o.dump_groups = next();
     else if (a == "--dump-only") o.dump_only = true;
     else if (a == "--pair-b") o.pair_b = true;
-    else if (a == "--uniform-groups") g_uniform_groups = true;
+    else if (a == "--uniform-groups") g_equal_groups = 32, g_equal_rows = 768;
+    else if (a == "--equal-groups") {  // G,ROWS
+      const std::string v = next();
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%d,%d%c", &g_equal_groups, &g_equal_rows, &tail) != 2 || g_equal_groups <= 0 ||
+          g_equal_groups > 1024 || g_equal_rows <= 0) {
+        std::fprintf(stderr, "--equal-groups: expected G,ROWS (1 <= G <= 1024, ROWS >= 1), got '%s'\n", v.c_str());
+        return 2;
+      }
+    }
+    else if (a == "--grouped-cases") {  // N,K[:N,K...]
+      const std::string v = next();
+      if (!parse_grouped_cases(v)) {
+        std::fprintf(stderr, "--grouped-cases: expected N,K[:N,K...] (positive multiples of 8), got '%s'\n", v.c_str());
+        return 2;
+      }
+    }
     else if (a == "--data") {
       const std::string v = next();
       if (v != "uniform" && v != "normal") {
@@ -842,7 +883,7 @@ int main(int argc, char** argv) {
     for (auto& s : o.shapes) rows.push_back(bench_dense(cub, o, sms, s[0], s[1], s[2]));
   }
   if (o.grouped) {
-    for (const GroupedCase& c : kGroupedCases) rows.push_back(bench_grouped(cub, o, sms, c.n, c.k, c.name));
+    for (const GroupedCase& c : g_grouped_cases) rows.push_back(bench_grouped(cub, o, sms, c.n, c.k, c.name.c_str()));
   }
   std::printf("%-40s %-12s %9s %9s %7s %9s %7s %9s\n", "shape (MxNxK)", "tile", "ours TF/s", "ref TF/s", "ratio",
               "ref2 TF/s", "ratio2", "rel.err");
