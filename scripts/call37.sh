@@ -10,15 +10,19 @@
 #     g: the issue-3 tables: grouped (B [N, K] and [K, N], carry on / off) against torch._grouped_mm
 #        on the same group sizes, then `bench gemm` (the eight dense shapes against cuBLAS);
 #     p: (r46+) the standalone engine plain against 2-CTA clusters sharing B at the Qwen3 proxy's
-#        MoE GEMM shapes, timed and under ncu.
+#        MoE GEMM shapes, timed and under ncu (ran in call 1);
+#     f: (r47+) KOSMOS_DIAG=2: the fused launches' GEMM tiles without their async-proxy fences.
+# Call 1 (r46): `auto` on an H100 = tpmsw. Call 2: run(command="V=r47 scripts/call37.sh auto2", ...):
+# tcgf on an H200, tf on an H100.
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r45}"
 mode=${1:-auto}
 # auto: on an H200 the suite and the issue tables (the goals are stated for it), on an H100 the
 # suite and the diagnostics; a step that would likely not finish inside the call's 600 s is left out.
 [ "$mode" = auto ] && { [ "$g" = h200 ] && mode=tcgpm || mode=tpmsw; }
+[ "$mode" = auto2 ] && { [ "$g" = h200 ] && mode=tcgf || mode=tf; }
 budget() { [ $(($(date +%s) - start)) -lt "$1" ] || { echo "no time for step $2 $(el)"; false; }; }
-declare -A step_limit=([t]=600 [m]=420 [s]=420 [w]=380 [c]=460 [g]=400 [p]=480)
+declare -A step_limit=([t]=600 [m]=420 [s]=420 [w]=380 [c]=460 [g]=400 [p]=480 [f]=480)
 for ((i = 0; i < ${#mode}; ++i)); do
   budget "${step_limit[${mode:i:1}]:-600}" "${mode:i:1}" || continue
   case ${mode:i:1} in
@@ -45,6 +49,15 @@ for ((i = 0; i < ${#mode}; ++i)); do
       timeout 150 ncu --clock-control none -k regex:gemm_engine -c 4 --metrics $NCU_METRICS "$GB" $QG --grouped-cases 3072,4096 \
         --reps 3 > $OUT/x/pair-ncu.txt 2>&1
       echo "ncu plain (verify), paired (verify), then the timing's rc=$? $(el)"; ncu_summary $OUT/x/pair-ncu.txt ;;
+    f)  # r47: KOSMOS_DIAG=2 (kDiagNoGemmFence: GEMM tiles with waits skip the async-proxy fences after
+        # their acquires; unsafe in general, every run verified) -- do the fences cost DeepSeek-V3's
+        # fused GEMM1 tiles their extra 7-13 % of cycles (call 1: not the GEMMs' own waits and signals,
+        # --unfused-merge-gemms; not the release, --unfused-signals)? A trace, then alternated rounds
+      timeout 150 env KOSMOS_DIAG=2 "$K" bench moe ${D//,/ } --skip-cublas --reps 20 --trace-svg $OUT/x/fd-trace.svg > $OUT/x/fd-trace.txt 2>&1
+      echo "fd trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $OUT/x/fd-trace.txt | head -4
+      rm -f $OUT/x/fd-trace.svg; gzip -f $OUT/x/fd-trace.svg.csv
+      moe_rounds "$K" 3 $OUT/x "d:$D,--skip-cublas,--reps,20 df@KOSMOS_DIAG=2:$D,--skip-cublas,--reps,20"
+      moe_rounds "$K" 2 $OUT/x "q:$Q,--skip-cublas,--reps,20 qf@KOSMOS_DIAG=2:$Q,--skip-cublas,--reps,20 qb:$Q,$B qbf@KOSMOS_DIAG=2:$Q,$B" ;;
   esac
   [ -d $OUT/x ] && tar czf $OUT/x.tgz -C $OUT x
 done

@@ -32,7 +32,7 @@ struct RuntimeGemmWaiter {
     if (rule.join_counter != GemmWaitRule::kNoWait && last == 0xFFFFFFFFu &&
         ctx->counter_complete(*task, rule.join_counter)) {
       all_arrived = true;  // every counter of the rule is complete: no more loads in this task
-      return true;
+      return fences();
     }
     const uint32_t c = rule.counter_base +
                        (rule.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / rule.m_rows : 0u) +
@@ -40,8 +40,11 @@ struct RuntimeGemmWaiter {
     if (c == last) return false;
     last = c;
     ctx->wait_counter(*task, c, plan::kWaitAll);  // on abort it returns; the run is failing anyway
-    return true;
+    return fences();
   }
+  // Whether an acquire is followed by the async-proxy fence (always, unless the measurement switch
+  // kDiagNoGemmFence is set: kernel_params.h).
+  __device__ __forceinline__ bool fences() const { return !(ctx->p->diag & runtime::kDiagNoGemmFence); }
   // After the producer thread (thread 0) issued the task's last load: claim the CTA's next task
   // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next). With the ring
   // carry the claim helper (warp 1) claims instead: then only tell it to start, if claim_soon has
@@ -138,7 +141,7 @@ struct RuntimeGemmWaiter {
     a = t.args<kernels::gemm::GemmTileArgs>();
     nx.problem = a.problem;
     nx.last = 0xFFFFFFFFu;
-    nx.fence = t.num_waits > 0;
+    nx.fence = t.num_waits > 0 && fences();
     return true;
   }
   // The producer thread: whether k block (m_block, k_block) of the next task's first tile may be
@@ -147,7 +150,7 @@ struct RuntimeGemmWaiter {
   __device__ __forceinline__ bool next_ready(NextTask& nx, int m_block, int k_block) const {
     const GemmWaitRule& r = reinterpret_cast<const GemmBodyParams*>(ctx->body)->rules[nx.problem];
     if (r.counter_base == GemmWaitRule::kNoWait) return true;
-    nx.fence = true;
+    nx.fence = fences();
     uint64_t& joined = ctx->ahead->carry.flags;
     const uint64_t bit = nx.problem < 64 ? 1ull << nx.problem : 0ull;
     if (r.join_counter != GemmWaitRule::kNoWait) {
@@ -183,7 +186,8 @@ struct OpBody {
       // The tile reads with TMA (the async proxy) what peers wrote with ordinary stores; the
       // runtime's claim-time acquire orders the generic proxy only, so thread 0 -- which made that
       // acquire and issues the TMA loads -- fences the async proxy after it.
-      if (ctx.thread_idx == 0 && t.num_waits > 0) runtime::fence_proxy_async_global();
+      if (ctx.thread_idx == 0 && t.num_waits > 0 && !(ctx.p->diag & runtime::kDiagNoGemmFence))
+        runtime::fence_proxy_async_global();
       const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.body);
       const auto args = t.args<kernels::gemm::GemmTileArgs>();
       RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem]};
