@@ -13,16 +13,16 @@
 #        MoE GEMM shapes, timed and under ncu (ran in call 1);
 #     f: (r47+) KOSMOS_DIAG=2: the fused launches' GEMM tiles without their async-proxy fences.
 # Call 1 (r46): `auto` on an H100 = tpmsw. Call 2: run(command="V=r47 scripts/call37.sh auto2", ...):
-# tcgf on an H200, tf on an H100.
+# cfgt on an H200, ft on an H100 (the suite last: a step starts only while time is left).
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r45}"
 mode=${1:-auto}
 # auto: on an H200 the suite and the issue tables (the goals are stated for it), on an H100 the
 # suite and the diagnostics; a step that would likely not finish inside the call's 600 s is left out.
 [ "$mode" = auto ] && { [ "$g" = h200 ] && mode=tcgpm || mode=tpmsw; }
-[ "$mode" = auto2 ] && { [ "$g" = h200 ] && mode=tcgf || mode=tf; }
+[ "$mode" = auto2 ] && { [ "$g" = h200 ] && mode=cfgt || mode=ft; }
 budget() { [ $(($(date +%s) - start)) -lt "$1" ] || { echo "no time for step $2 $(el)"; false; }; }
-declare -A step_limit=([t]=600 [m]=420 [s]=420 [w]=380 [c]=460 [g]=400 [p]=480 [f]=480)
+declare -A step_limit=([t]=400 [m]=420 [s]=420 [w]=380 [c]=460 [g]=400 [p]=480 [f]=480)
 for ((i = 0; i < ${#mode}; ++i)); do
   budget "${step_limit[${mode:i:1}]:-600}" "${mode:i:1}" || continue
   case ${mode:i:1} in
