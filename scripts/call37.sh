@@ -11,9 +11,11 @@
 #        on the same group sizes, then `bench gemm` (the eight dense shapes against cuBLAS);
 #     p: (r46+) the standalone engine plain against 2-CTA clusters sharing B at the Qwen3 proxy's
 #        MoE GEMM shapes, timed and under ncu (ran in call 1);
-#     f: (r47+) KOSMOS_DIAG=2: the fused launches' GEMM tiles without their async-proxy fences.
-# Call 1 (r46): `auto` on an H100 = tpmsw. Call 2: run(command="V=r47 scripts/call37.sh auto2", ...):
-# cfgt on an H200, ft on an H100 (the suite last: a step starts only while time is left).
+#     f: (r48+) the GEMM waiter's fast path: DeepSeek-V3's fused GEMM1 tiles against their own
+#        launch's, matched tile by tile, and alternated rounds (r47's f timed KOSMOS_DIAG=2, removed).
+# Call 1 (r46): `auto` on an H100 = tpmsw. Call 2 (r47): `auto2` = ft on an H100. Next session:
+# run(command="V=r48 scripts/call37.sh auto2", carry=["build/variants/r48"]): cfgt on an H200, ft on
+# an H100 (the suite last: a step starts only while time is left).
 . "$(dirname "$0")/device_lib.sh"
 call_start "${V:-r45}"
 mode=${1:-auto}
@@ -49,15 +51,16 @@ for ((i = 0; i < ${#mode}; ++i)); do
       timeout 150 ncu --clock-control none -k regex:gemm_engine -c 4 --metrics $NCU_METRICS "$GB" $QG --grouped-cases 3072,4096 \
         --reps 3 > $OUT/x/pair-ncu.txt 2>&1
       echo "ncu plain (verify), paired (verify), then the timing's rc=$? $(el)"; ncu_summary $OUT/x/pair-ncu.txt ;;
-    f)  # r47: KOSMOS_DIAG=2 (kDiagNoGemmFence: GEMM tiles with waits skip the async-proxy fences after
-        # their acquires; unsafe in general, every run verified) -- do the fences cost DeepSeek-V3's
-        # fused GEMM1 tiles their extra 7-13 % of cycles (call 1: not the GEMMs' own waits and signals,
-        # --unfused-merge-gemms; not the release, --unfused-signals)? A trace, then alternated rounds
-      timeout 150 env KOSMOS_DIAG=2 "$K" bench moe ${D//,/ } --skip-cublas --reps 20 --trace-svg $OUT/x/fd-trace.svg > $OUT/x/fd-trace.txt 2>&1
+    f)  # r48+: the GEMM waiter's fast path (op_body.cuh RuntimeGemmWaiter::next_kb) -- do DeepSeek-V3's
+        # fused GEMM1 tiles now take their own launch's cycles (calls 1-2: 1.08x late in the launch,
+        # with or without the async-proxy fences; r47's KOSMOS_DIAG=2 measured that, then removed)?
+        # A trace matched tile by tile, then alternated rounds.
+      timeout 150 "$K" bench moe ${D//,/ } --skip-cublas --reps 20 --trace-svg $OUT/x/fd-trace.svg > $OUT/x/fd-trace.txt 2>&1
       echo "fd trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $OUT/x/fd-trace.txt | head -4
       rm -f $OUT/x/fd-trace.svg; gzip -f $OUT/x/fd-trace.svg.csv
-      moe_rounds "$K" 3 $OUT/x "d:$D,--skip-cublas,--reps,20 df@KOSMOS_DIAG=2:$D,--skip-cublas,--reps,20"
-      moe_rounds "$K" 2 $OUT/x "q:$Q,--skip-cublas,--reps,20 qf@KOSMOS_DIAG=2:$Q,--skip-cublas,--reps,20 qb:$Q,$B qbf@KOSMOS_DIAG=2:$Q,$B" ;;
+      python3 scripts/trace_match.py $OUT/x/fd-trace.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU"
+      python3 scripts/trace_match.py $OUT/x/fd-trace.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us 3000
+      moe_rounds "$K" 3 $OUT/x "d:$D,--skip-cublas,--reps,20 q:$Q,--skip-cublas,--reps,20 qb:$Q,$B" ;;
   esac
   [ -d $OUT/x ] && tar czf $OUT/x.tgz -C $OUT x
 done

@@ -25,26 +25,38 @@ struct RuntimeGemmWaiter {
   const plan::Task* task;
   GemmWaitRule rule;
   uint32_t last = 0xFFFFFFFFu;
+  // The k blocks [.., next_kb) of row block last_m map to counter `last` (met): the producer's
+  // common case returns at the second test, without the counter's index -- integer divisions by the
+  // rule's m_rows / k_rows -- recomputed before every k block's loads (thirty-seventh session:
+  // DeepSeek-V3's fused GEMM1 tiles, 112 k blocks each under a per-slot rule, took 7-8 % more
+  // cycles than in their own launch, whose tiles have no rule; docs/perf-notes.md).
+  int last_m = -1, next_kb = 0;
   bool all_arrived = false;
-  // Returns true when it waited on a counter (the caller then fences the async proxy).
+  // Returns true when it waited on a counter (the caller then fences the async proxy). Called by the
+  // producer thread before every k block's loads, k blocks in increasing order within a tile. A later
+  // tile of the task with the same m_block (a run along N; a grouped-K run inside one group) starts
+  // again at k block 0: its counters below next_kb were acquired by this thread already (here, or by
+  // next_ready before carried loads), and counters only grow.
   __device__ __forceinline__ bool operator()(int m_block, int k_block) {
     if (rule.counter_base == GemmWaitRule::kNoWait || all_arrived) return false;
+    if (m_block == last_m && k_block < next_kb) return false;
     if (rule.join_counter != GemmWaitRule::kNoWait && last == 0xFFFFFFFFu &&
         ctx->counter_complete(*task, rule.join_counter)) {
       all_arrived = true;  // every counter of the rule is complete: no more loads in this task
-      return fences();
+      return true;
     }
+    constexpr uint32_t kBK = kernels::gemm::kGemmBlockK;
+    const uint32_t kq = rule.k_rows ? uint32_t(k_block) * kBK / rule.k_rows : 0u;
     const uint32_t c = rule.counter_base +
-                       (rule.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / rule.m_rows : 0u) +
-                       (rule.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / rule.k_rows : 0u);
+                       (rule.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / rule.m_rows : 0u) + kq;
+    // The first k block past this counter's K range: ceil((kq + 1) * k_rows / kBK); none without K steps.
+    last_m = m_block;
+    next_kb = rule.k_rows ? int(((kq + 1) * rule.k_rows + kBK - 1) / kBK) : 0x7FFFFFFF;
     if (c == last) return false;
     last = c;
     ctx->wait_counter(*task, c, plan::kWaitAll);  // on abort it returns; the run is failing anyway
-    return fences();
+    return true;
   }
-  // Whether an acquire is followed by the async-proxy fence (always, unless the measurement switch
-  // kDiagNoGemmFence is set: kernel_params.h).
-  __device__ __forceinline__ bool fences() const { return !(ctx->p->diag & runtime::kDiagNoGemmFence); }
   // After the producer thread (thread 0) issued the task's last load: claim the CTA's next task
   // under the consumers' remaining k-blocks and epilogue (TaskContext::claim_next). With the ring
   // carry the claim helper (warp 1) claims instead: then only tell it to start, if claim_soon has
@@ -141,7 +153,7 @@ struct RuntimeGemmWaiter {
     a = t.args<kernels::gemm::GemmTileArgs>();
     nx.problem = a.problem;
     nx.last = 0xFFFFFFFFu;
-    nx.fence = t.num_waits > 0 && fences();
+    nx.fence = t.num_waits > 0;
     return true;
   }
   // The producer thread: whether k block (m_block, k_block) of the next task's first tile may be
@@ -150,7 +162,7 @@ struct RuntimeGemmWaiter {
   __device__ __forceinline__ bool next_ready(NextTask& nx, int m_block, int k_block) const {
     const GemmWaitRule& r = reinterpret_cast<const GemmBodyParams*>(ctx->body)->rules[nx.problem];
     if (r.counter_base == GemmWaitRule::kNoWait) return true;
-    nx.fence = fences();
+    nx.fence = true;
     uint64_t& joined = ctx->ahead->carry.flags;
     const uint64_t bit = nx.problem < 64 ? 1ull << nx.problem : 0ull;
     if (r.join_counter != GemmWaitRule::kNoWait) {
@@ -186,8 +198,7 @@ struct OpBody {
       // The tile reads with TMA (the async proxy) what peers wrote with ordinary stores; the
       // runtime's claim-time acquire orders the generic proxy only, so thread 0 -- which made that
       // acquire and issues the TMA loads -- fences the async proxy after it.
-      if (ctx.thread_idx == 0 && t.num_waits > 0 && !(ctx.p->diag & runtime::kDiagNoGemmFence))
-        runtime::fence_proxy_async_global();
+      if (ctx.thread_idx == 0 && t.num_waits > 0) runtime::fence_proxy_async_global();
       const auto& body = *reinterpret_cast<const GemmBodyParams*>(ctx.body);
       const auto args = t.args<kernels::gemm::GemmTileArgs>();
       RuntimeGemmWaiter waiter{&ctx, &t, body.rules[args.problem]};

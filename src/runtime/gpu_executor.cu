@@ -196,11 +196,10 @@ Status GpuExecutor::create(const plan::Plan& plan, const GpuOptions& options, st
   }
   p.ring_carry = carry == 2 || (carry == 1 && gemm_only) ? 1u : 0u;
   // Measurement switches (kernel_params.h), never set by the library. kDiagNoWriteWait applies only
-  // to launches without waits (no task of the launch reads another's outputs), where it is safe;
-  // kDiagNoGemmFence (unsafe, verified runs only) to every launch.
+  // to launches without waits (no task of the launch reads another's outputs), where it is safe.
   const uint32_t diag = env_override("KOSMOS_DIAG", 0u);
-  KOSMOS_CHECK(diag <= (kDiagNoWriteWait | kDiagNoGemmFence), "KOSMOS_DIAG must be 0..3 (got ", diag, ")");
-  p.diag = (no_waits ? diag : diag & ~kDiagNoWriteWait);
+  KOSMOS_CHECK(diag <= kDiagNoWriteWait, "KOSMOS_DIAG must be 0 or 1 (got ", diag, ")");
+  p.diag = no_waits ? diag : 0u;
   p.publish = env_override("KOSMOS_PUBLISH", options.publish);
   KOSMOS_CHECK(p.publish <= kPublishWarp1Relaxed, "GpuOptions::publish must be 0, 1 or 2 (got ", p.publish,
                "; KOSMOS_PUBLISH overrides it)");

@@ -49,12 +49,6 @@ struct KernelParamsHeader {
 // launches without waits (MoeConfig::unfused_keep_signals: signals nobody waits for; the launch's
 // end completes the writes), where it is safe: it times the write wait's share of the release.
 inline constexpr uint32_t kDiagNoWriteWait = 1u;
-// kDiagNoGemmFence: a GEMM tile with waits skips the async-proxy fences after its acquires (at the
-// body's start, after the in-body waiter's wait, before carried loads); the waits themselves stay.
-// Not safe in general -- a TMA load may then miss rows another SM wrote just before the counter it
-// acquired -- so only for timing what the fences cost (thirty-seventh session), in runs whose
-// outputs are verified (`bench moe` compares the fused launch with the unfused one bit for bit).
-inline constexpr uint32_t kDiagNoGemmFence = 2u;
 
 // The launch parameters: the header, then op-specific parameters (e.g. GEMM tensor maps) by value:
 // TMA descriptors in param space. (Measured 2026-12-02: moving them to global memory made the GEMM
