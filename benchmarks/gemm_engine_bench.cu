@@ -12,9 +12,9 @@
 // (N, K) shapes as JSON before any GPU work, for bench/torch_baselines.py grouped-gemm --sizes PATH;
 // --dump-only exits after writing it (no GPU needed).
 // --pair-b (experiment, NT shapes with 128x256 tiles and an even number of m runs; grouped only with
-// --uniform-groups or --equal-groups): also times the standalone engine in 2-CTA clusters whose pair shares each B tile
-// (multicast, one load per pair; gemm_tile_pair_b), checks its C equals the plain engine's bit for
-// bit, and prints the ratio.
+// --uniform-groups or --equal-groups): also times the standalone engine in 2-CTA clusters whose pair
+// shares each B tile (multicast, one load per pair; gemm_tile_pair_b), checks its C equals the plain
+// engine's bit for bit, and prints the ratio.
 // --uniform-groups: the grouped cases with 32 experts of 768 rows each (no skew, no partial block).
 // --equal-groups G,ROWS: G experts of ROWS rows each instead (--uniform-groups is 32,768);
 // --grouped-cases N,K[:N,K...]: those (N, K) problems instead of the DeepSeek-V3 proxy's two. The
@@ -733,7 +733,10 @@ Row bench_grouped(cublasHandle_t cub, const Options& o, int sms, int64_t N, int6
     r.pair_equal = pair_b_matches_plain(P[0], C[0]->p, c_el, sms, run, o.raster);
     launchers.push_back([&](int s) { launch_pair_b(P[s], sms, run, o.raster); });
   } else if (o.pair_b) {
-    std::fprintf(stderr, "[gemm_engine_bench] --pair-b: %s skipped (needs --layout nt, 128x256 tiles and equal groups of whole run pairs: --uniform-groups, --equal-groups)\n", name);
+    std::fprintf(stderr,
+                 "[gemm_engine_bench] --pair-b: %s skipped (needs --layout nt, 128x256 tiles and equal groups of whole "
+                 "run pairs: --uniform-groups, --equal-groups)\n",
+                 name);
   }
   const std::vector<float> t = time_medians(o.reps, sets, launchers);
   if (pair) r.pair_ms = t[6];
