@@ -11,13 +11,13 @@
 #        on the same group sizes, then `bench gemm` (the eight dense shapes against cuBLAS);
 #     p: (r46+) the standalone engine plain against 2-CTA clusters sharing B at the Qwen3 proxy's
 #        MoE GEMM shapes, timed and under ncu (ran in call 1);
-#     f: (r48+) the GEMM waiter's fast path: DeepSeek-V3's fused GEMM1 tiles against their own
+#     f: (r48+, r49 the final code) the GEMM waiter's fast path: DeepSeek-V3's fused GEMM1 tiles against their own
 #        launch's, matched tile by tile, and alternated rounds (r47's f timed KOSMOS_DIAG=2, removed).
 # Call 1 (r46): `auto` on an H100 = tpmsw. Call 2 (r47): `auto2` = ft on an H100. Next session:
-# run(command="V=r48 scripts/call37.sh auto2", carry=["build/variants/r48"]): cfgt on an H200, ft on
+# run(command="V=r49 scripts/call37.sh auto2", carry=["build/variants/r49"]): cfgt on an H200, ft on
 # an H100 (the suite last: a step starts only while time is left).
 . "$(dirname "$0")/device_lib.sh"
-call_start "${V:-r45}"
+call_start "${V:-r49}"
 mode=${1:-auto}
 # auto: on an H200 the suite and the issue tables (the goals are stated for it), on an H100 the
 # suite and the diagnostics; a step that would likely not finish inside the call's 600 s is left out.
@@ -51,7 +51,7 @@ for ((i = 0; i < ${#mode}; ++i)); do
       timeout 150 ncu --clock-control none -k regex:gemm_engine -c 4 --metrics $NCU_METRICS "$GB" $QG --grouped-cases 3072,4096 \
         --reps 3 > $OUT/x/pair-ncu.txt 2>&1
       echo "ncu plain (verify), paired (verify), then the timing's rc=$? $(el)"; ncu_summary $OUT/x/pair-ncu.txt ;;
-    f)  # r48+: the GEMM waiter's fast path (op_body.cuh RuntimeGemmWaiter::next_kb) -- do DeepSeek-V3's
+    f)  # r48+ (r49): the GEMM waiter's fast path (op_body.cuh RuntimeGemmWaiter::next_kb) -- do DeepSeek-V3's
         # fused GEMM1 tiles now take their own launch's cycles (calls 1-2: 1.08x late in the launch,
         # with or without the async-proxy fences; r47's KOSMOS_DIAG=2 measured that, then removed)?
         # A trace matched tile by tile, then alternated rounds.

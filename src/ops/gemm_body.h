@@ -28,6 +28,21 @@ struct GemmWaitRule {
   uint32_t join_counter = kNoWait;
 };
 
+// The rule's counter for k block k_block of row block m_block (the formula above), and the first k
+// block past the K slice that counter covers (none -- INT_MAX -- without K steps): the in-body
+// waiter (op_body.cuh RuntimeGemmWaiter) computes both once per tile and K slice, not before every
+// k block's loads.
+KOSMOS_HOST_DEVICE inline uint32_t gemm_wait_counter(const GemmWaitRule& r, int m_block, int k_block) {
+  return r.counter_base + (r.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / r.m_rows : 0u) +
+         (r.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / r.k_rows : 0u);
+}
+KOSMOS_HOST_DEVICE inline int gemm_wait_slice_end(const GemmWaitRule& r, int k_block) {
+  constexpr uint32_t kBK = kernels::gemm::kGemmBlockK;
+  if (r.k_rows == 0) return 0x7FFFFFFF;
+  const uint32_t kq = uint32_t(k_block) * kBK / r.k_rows;  // ceil((kq + 1) * k_rows / kBK)
+  return int(((kq + 1) * r.k_rows + kBK - 1) / kBK);
+}
+
 // Rules first, problems last: the bytes an op needs are gemm_body_bytes(its problem count), and a
 // body of up to three problems fits the runtime's small parameter blob (a cheaper launch).
 struct GemmBodyParams {

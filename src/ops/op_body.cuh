@@ -45,13 +45,9 @@ struct RuntimeGemmWaiter {
       all_arrived = true;  // every counter of the rule is complete: no more loads in this task
       return true;
     }
-    constexpr uint32_t kBK = kernels::gemm::kGemmBlockK;
-    const uint32_t kq = rule.k_rows ? uint32_t(k_block) * kBK / rule.k_rows : 0u;
-    const uint32_t c = rule.counter_base +
-                       (rule.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / rule.m_rows : 0u) + kq;
-    // The first k block past this counter's K range: ceil((kq + 1) * k_rows / kBK); none without K steps.
+    const uint32_t c = gemm_wait_counter(rule, m_block, k_block);
     last_m = m_block;
-    next_kb = rule.k_rows ? int(((kq + 1) * rule.k_rows + kBK - 1) / kBK) : 0x7FFFFFFF;
+    next_kb = gemm_wait_slice_end(rule, k_block);
     if (c == last) return false;
     last = c;
     ctx->wait_counter(*task, c, plan::kWaitAll);  // on abort it returns; the run is failing anyway
@@ -172,8 +168,7 @@ struct RuntimeGemmWaiter {
         return true;
       }
     }
-    const uint32_t c = r.counter_base + (r.m_rows ? uint32_t(m_block) * kernels::gemm::kGemmBlockM / r.m_rows : 0u) +
-                       (r.k_rows ? uint32_t(k_block) * kernels::gemm::kGemmBlockK / r.k_rows : 0u);
+    const uint32_t c = gemm_wait_counter(r, m_block, k_block);
     if (c == nx.last) return true;
     if (!ctx->counter_complete(next_task(), c)) return false;
     nx.last = c;

@@ -8,6 +8,7 @@
 #include "../gemm_reference.h"
 #include "kernels/gemm/gemm_host.h"
 #include "kosmos/gemm.h"
+#include "ops/gemm_body.h"
 
 using namespace kosmos;
 using namespace kosmos::test;
@@ -538,4 +539,29 @@ TEST(GemmCpu, ExpertMajorMapIsAPermutationAndKeepsC) {
   x.num_groups = 0;
   x.merge_tails = false;
   EXPECT_NE(make_gemm_params(x, &p).message().find("expert_major needs a problem grouped over M"), std::string::npos);
+}
+
+// The GEMM waiter's K slice (ops::gemm_wait_slice_end): every k block from kb up to the slice's end
+// maps to kb's counter, the end itself to a later one; a rule without K steps has one slice. The
+// device waiter skips its counter computation inside the slice (op_body.cuh), so an end too far
+// would let a tile load K rows whose counter it never waited on.
+TEST(GemmCpu, WaitRuleSliceEndCoversExactlyOneCounter) {
+  using ops::GemmWaitRule;
+  const GemmWaitRule rules[] = {{5, 128, 0}, {7, 0, 128}, {7, 0, 64}, {7, 0, 192}, {7, 256, 96}, {3, 128, 32}, {9, 0, 1000}};
+  for (const GemmWaitRule& r : rules) {
+    for (int m : {0, 1, 3}) {
+      for (int kb = 0; kb < 200; ++kb) {
+        const uint32_t c = ops::gemm_wait_counter(r, m, kb);
+        const int end = ops::gemm_wait_slice_end(r, kb);
+        ASSERT_GT(end, kb) << "k_rows " << r.k_rows << " kb " << kb;
+        if (r.k_rows == 0) {
+          EXPECT_EQ(end, 0x7FFFFFFF);
+          EXPECT_EQ(ops::gemm_wait_counter(r, m, kb + 77), c);
+          continue;
+        }
+        for (int k = kb; k < end; ++k) ASSERT_EQ(ops::gemm_wait_counter(r, m, k), c) << "k_rows " << r.k_rows << " kb " << kb << " k " << k;
+        EXPECT_GT(ops::gemm_wait_counter(r, m, end), c) << "k_rows " << r.k_rows << " kb " << kb;
+      }
+    }
+  }
 }
