@@ -2,7 +2,7 @@
 """Matches one label's tasks between two launches of a trace CSV and prints their cost ratios.
 
 The CSV is what `kosmos bench moe --trace-svg PATH` writes beside the SVG (PATH.csv, optionally
-gzipped): launch, label, task, sm, cta, start_ns, end_ns, cycles. The k-th task of LABEL in launch A
+gzipped; scripts/trace_csv.py). The k-th task of LABEL in launch A
 (by task index) is matched with the k-th of LABEL in launch B -- the fused launch's GEMM tiles and
 the same tiles in their own (unfused) launch come in the same order. Per match: cycles A / cycles B
 and time A / time B; printed for all matches and split by the label of the task the CTA ran before
@@ -14,10 +14,10 @@ Tasks of B shorter than --min-cycles (empty slots of a worst-case plan) are left
 """
 import argparse
 import collections
-import csv
-import gzip
 import statistics
 import sys
+
+from trace_csv import read_rows
 
 
 def main():
@@ -29,9 +29,7 @@ def main():
     ap.add_argument("--split-us", type=float, default=900.0, help="early / late boundary in launch A (us)")
     ap.add_argument("--min-cycles", type=int, default=20000, help="leave out reference tasks shorter than this")
     o = ap.parse_args()
-    opener = gzip.open if o.csv.endswith(".gz") else open
-    with opener(o.csv, "rt") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_rows(o.csv)
     launch = {n: [r for r in rows if int(r["launch"]) == n] for n in (o.a, o.b)}
     tasks = {n: sorted((r for r in launch[n] if r["label"] == o.label), key=lambda r: int(r["task"])) for n in launch}
     if not tasks[o.a] or len(tasks[o.a]) != len(tasks[o.b]):

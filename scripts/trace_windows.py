@@ -5,12 +5,13 @@ launches right after it; 100, 101.. = the same left by the last timed runs) and 
 label with at least --min tasks, the tasks starting there, their mean us and SM clock (MHz, from the
 records' cycles), and which labels shared the SMs in that window (busy share).
 
-  scripts/trace_windows.py bwd-trace.svg.csv [--windows 8] [--min 200]
+  scripts/trace_windows.py bwd-trace.svg.csv[.gz] [--windows 8] [--min 200]
 """
 import argparse
 import collections
-import csv
 import sys
+
+from trace_csv import read_rows
 
 
 def main():
@@ -20,10 +21,8 @@ def main():
     ap.add_argument("--min", type=int, default=200, help="labels with fewer tasks in a launch are not broken down")
     a = ap.parse_args()
     launches = collections.defaultdict(list)
-    with open(a.csv) as f:
-        for row in csv.DictReader(f):
-            launches[int(row["launch"])].append(
-                (row["label"], int(row["start_ns"]), int(row["end_ns"]), int(row["cycles"])))
+    for row in read_rows(a.csv):
+        launches[int(row["launch"])].append((row["label"], int(row["start_ns"]), int(row["end_ns"]), int(row["cycles"])))
     if not launches:
         sys.exit("no records in " + a.csv)
     for launch in sorted(launches):
