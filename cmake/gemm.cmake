@@ -40,6 +40,13 @@ target_compile_options(cluster_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS
 target_link_libraries(cluster_probe PRIVATE kosmos_gemm)
 set_target_properties(cluster_probe PROPERTIES CUDA_ARCHITECTURES 90a)
 
+# Diagnostic: could GEMM1 gather its A rows from x with one-row TMA boxes instead of a dispatch copy?
+# (docs/design/moe.md, "Where the time goes"; layout check and load throughput, benchmarks/gather_probe.cu)
+add_executable(gather_probe benchmarks/gather_probe.cu)
+target_compile_options(gather_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
+target_link_libraries(gather_probe PRIVATE kosmos_gemm)
+set_target_properties(gather_probe PROPERTIES CUDA_ARCHITECTURES 90a)
+
 # Diagnostic: per-tile phase marks of the engine (gemm_tile built with KOSMOS_GEMM_PROBE).
 # The runtime's op kernel is built a second time with the marks (an object library linked ahead
 # of libkosmos, so its op_kernel_variant() is the one the product path uses in this binary).

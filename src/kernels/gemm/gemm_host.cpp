@@ -43,21 +43,6 @@ Status get_encode_fn(EncodeTiledFn* out) {
   return Status::ok();
 }
 
-// bf16 tensor map with a 128-byte swizzle; dims/strides innermost first, strides in bytes.
-Status encode(CUtensorMap* map, const char* what, const void* base, int rank, const cuuint64_t* dims,
-              const cuuint64_t* strides_bytes, const cuuint32_t* box) {
-  EncodeTiledFn fn = nullptr;
-  if (Status s = get_encode_fn(&fn); !s) return s;
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, static_cast<cuuint32_t>(rank), const_cast<void*>(base),
-                        dims, strides_bytes, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  KOSMOS_CHECK_CODE(r == CUDA_SUCCESS, StatusCode::kInvalidArgument, "cuTensorMapEncodeTiled(", what,
-                    ") failed with CUresult ", static_cast<int>(r));
-  return Status::ok();
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // An engine feature turned off in the environment (NAME=0), for A/B runs of one binary.
@@ -87,6 +72,20 @@ bool tma_store_applies(const GemmDesc& d, int64_t n_out) {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
+
+Status encode_bf16_tensor_map(CUtensorMap* map, const char* what, const void* base, int rank, const cuuint64_t* dims,
+                              const cuuint64_t* strides_bytes, const cuuint32_t* box) {
+  EncodeTiledFn fn = nullptr;
+  if (Status s = get_encode_fn(&fn); !s) return s;
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r =
+      fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims,
+         strides_bytes, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KOSMOS_CHECK_CODE(r == CUDA_SUCCESS, StatusCode::kInvalidArgument, "cuTensorMapEncodeTiled(", what,
+                    ") failed with CUresult ", static_cast<int>(r));
+  return Status::ok();
+}
 
 GemmTileShape choose_tile_shape(int64_t m, int64_t n, int64_t /*k*/, int num_groups, int num_sms) {
   // Wave efficiency times the relative per-SM throughput of the shape (128x128 moves 1.5x the
@@ -233,10 +232,11 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
       const cuuint64_t dims[2] = {cuuint64_t(d.a_col_major ? d.m : d.k), cuuint64_t(d.a_col_major ? d.k : d.m)};
       const cuuint64_t strides[1] = {cuuint64_t(d.lda) * 2};
       const cuuint32_t box[2] = {64, d.a_col_major ? 64u : cuuint32_t(kGemmBlockM)};
-      if (Status s = encode(&p.tma_a, "A", d.a, 2, dims, strides, box); !s) return s;
+      if (Status s = encode_bf16_tensor_map(&p.tma_a, "A", d.a, 2, dims, strides, box); !s) return s;
       if (p.layout & kGemmMergeTails) {  // the same A, in boxes of a merged tail's rows
         const cuuint32_t tail_box[2] = {64, cuuint32_t(kGemmTailRows)};
-        if (Status s = encode(&p.tma_t, "A (merged tails)", d.a, 2, dims, strides, tail_box); !s) return s;
+        if (Status s = encode_bf16_tensor_map(&p.tma_t, "A (merged tails)", d.a, 2, dims, strides, tail_box); !s)
+          return s;
       }
     }
     {  // B, 3-D with the group as the outer dimension so tails never read the next group
@@ -244,14 +244,14 @@ Status make_gemm_params(const GemmDesc& d, GemmParams* params) {
                                   cuuint64_t(groups)};
       const cuuint64_t strides[2] = {cuuint64_t(d.ldb) * 2, cuuint64_t(ldb_group) * 2};
       const cuuint32_t box[3] = {64, d.b_transposed ? cuuint32_t(bn) : 64u, 1};
-      if (Status s = encode(&p.tma_b, "B", d.b, 3, dims, strides, box); !s) return s;
+      if (Status s = encode_bf16_tensor_map(&p.tma_b, "B", d.b, 3, dims, strides, box); !s) return s;
     }
     if (tma_store_applies(d, n_out)) {  // C, [rows, n_out] in boxes of one consumer warp's 16 x 64 staging slice
       const int64_t rows = d.grouped_k ? int64_t(d.num_groups) * d.m : d.m;
       const cuuint64_t dims[2] = {cuuint64_t(n_out), cuuint64_t(rows)};
       const cuuint64_t strides[1] = {cuuint64_t(d.ldc) * 2};
       const cuuint32_t box[2] = {64, 16};
-      if (Status s = encode(&p.tma_c, "C", d.c, 2, dims, strides, box); !s) return s;
+      if (Status s = encode_bf16_tensor_map(&p.tma_c, "C", d.c, 2, dims, strides, box); !s) return s;
       p.epilogue |= kGemmEpiTmaStore;
     }
   }

@@ -9,6 +9,12 @@
 
 namespace kosmos::kernels::gemm {
 
+// A bf16 tensor map with the engine's 128-byte swizzle (what make_gemm_params encodes A, B and C
+// with); dims and box innermost first, strides (rank - 1 of them) in bytes. Through the driver entry
+// point, so nothing links libcuda. Also used by benchmarks/gather_probe.cu.
+Status encode_bf16_tensor_map(CUtensorMap* map, const char* what, const void* base, int rank, const cuuint64_t* dims,
+                              const cuuint64_t* strides_bytes, const cuuint32_t* box);
+
 enum class GemmDType : uint32_t { kBF16 = 0, kF16 = 1, kF32 = 2 };
 const char* to_string(GemmDType t);
 

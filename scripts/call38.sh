@@ -1,0 +1,30 @@
+#!/bin/bash
+# The thirty-eighth session's device calls (r49 = 839be9c, the thirty-seventh session's final code).
+#   run(command="V=r49 scripts/call38.sh [STEPS]", carry=["build/variants/r49", "build/gather_probe"])
+#   steps in this order:
+#     g: build/gather_probe with B and A only (one-row TMA boxes and cp.async against today's box);
+#     q: a Qwen3 forward trace matched tile by tile (GEMM1 and GEMM2 against their own launches): do
+#        the fused Qwen3 GEMM tiles still cost more than their own launch's on r49 (r46: GEMM1 3 %,
+#        GEMM2 6 % more SM time)?
+# Default: gq. (Call 1 ran `scripts/call37.sh auto2`, call 2 the probe's first version and
+# `scripts/call37.sh c`.)
+. "$(dirname "$0")/device_lib.sh"
+call_start "${V:-r49}"
+mode=${1:-gq}
+for ((i = 0; i < ${#mode}; ++i)); do
+  case ${mode:i:1} in
+    g)
+      timeout 150 build/gather_probe --reps 5 > $OUT/x/gather.txt 2>&1
+      echo "gather_probe rc=$? $(el)"; cat $OUT/x/gather.txt
+      timeout 90 build/gather_probe --no-b --reps 5 > $OUT/x/gather-a-only.txt 2>&1
+      echo "gather_probe --no-b rc=$? $(el)"; grep -E "^  round|^layout|throughput" $OUT/x/gather-a-only.txt ;;
+    q)
+      timeout 150 "$K" bench moe ${Q//,/ } --skip-cublas --reps 20 --trace-svg $OUT/x/fq-trace.svg > $OUT/x/fq-trace.txt 2>&1
+      echo "fq trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $OUT/x/fq-trace.txt | head -4
+      rm -f $OUT/x/fq-trace.svg; gzip -f $OUT/x/fq-trace.svg.csv
+      python3 scripts/trace_match.py $OUT/x/fq-trace.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU"
+      python3 scripts/trace_match.py $OUT/x/fq-trace.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us 2000 ;;
+  esac
+  tar czf $OUT/x.tgz -C $OUT x
+done
+rm -rf $OUT/x
