@@ -6,6 +6,12 @@
 #     q: a Qwen3 forward trace matched tile by tile (GEMM1 and GEMM2 against their own launches): do
 #        the fused Qwen3 GEMM tiles still cost more than their own launch's on r49 (r46: GEMM1 3 %,
 #        GEMM2 6 % more SM time)?
+#     s: the signals' cost on the tiles: the Qwen3 forward traced three ways, each matched tile by tile
+#        -- plain (the unfused launches have no signals), `--unfused-signals` (the unfused launches
+#        keep the fused plan's signals: the TMA stores' write wait and the release), and that with
+#        KOSMOS_DIAG=1 (launches without waits skip the write wait, so only the release remains).
+#        If the fused / unfused GEMM2 ratio (call 3: 1.039 late) goes to ~1.0 with signals, the
+#        signalled tile's end is what the fused tiles pay.
 # Default: gq. (Call 1 ran `scripts/call37.sh auto2`, call 2 the probe's first version and
 # `scripts/call37.sh c`.)
 . "$(dirname "$0")/device_lib.sh"
@@ -24,6 +30,18 @@ for ((i = 0; i < ${#mode}; ++i)); do
       rm -f $OUT/x/fq-trace.svg; gzip -f $OUT/x/fq-trace.svg.csv
       python3 scripts/trace_match.py $OUT/x/fq-trace.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU"
       python3 scripts/trace_match.py $OUT/x/fq-trace.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us 2000 ;;
+    s)
+      for v in plain sig sigdiag; do
+        extra=(); envs=()
+        [ $v != plain ] && extra=(--unfused-signals)
+        [ $v = sigdiag ] && envs=(KOSMOS_DIAG=1)
+        env "${envs[@]}" timeout 150 "$K" bench moe ${Q//,/ } --skip-cublas --reps 20 "${extra[@]}" \
+          --trace-svg $OUT/x/s$v-trace.svg > $OUT/x/s$v-trace.txt 2>&1
+        echo "s $v trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $OUT/x/s$v-trace.txt | head -2
+        rm -f $OUT/x/s$v-trace.svg; gzip -f $OUT/x/s$v-trace.svg.csv
+        python3 scripts/trace_match.py $OUT/x/s$v-trace.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU" | grep -E "late|all"
+        python3 scripts/trace_match.py $OUT/x/s$v-trace.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us 2000 | grep -E "late|all"
+      done ;;
   esac
   tar czf $OUT/x.tgz -C $OUT x
 done
