@@ -1,4 +1,5 @@
-// Shared by the stand-alone benchmark programs (gemm_engine_bench, gemm_probe): CUDA error check
+// Shared by the stand-alone benchmark programs (gemm_engine_bench, gemm_probe, cluster_probe,
+// gather_probe): CUDA error check
 // and a device fill of random bf16 values (uniform in [-1, 1) or normal).
 #pragma once
 

@@ -18,20 +18,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bench_util.cuh"
 #include "kernels/gemm/gemm_tile.cuh"
 
 namespace cg = cooperative_groups;
 
 namespace {
-
-#define PROBE_CHECK(x)                                                                      \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "cluster_probe: %s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
 
 constexpr int kThreads = 384;
 
@@ -39,7 +31,7 @@ struct ProbeOut {
   int partner_rank_seen;  // what the CTA's partner wrote into this CTA's shared memory
   int cluster_rank;
   int smid;
-  int arrived;            // 1: saw every CTA arrive at the grid-wide counter within the budget
+  int arrived;  // 1: saw every CTA arrive at the grid-wide counter within the budget
 };
 
 __device__ unsigned int g_arrivals;
@@ -94,15 +86,15 @@ int main(int argc, char** argv) {
     std::printf("cluster_probe: no CUDA device visible: nothing probed\n");
     return 0;
   }
-  PROBE_CHECK(cudaGetDeviceProperties(&prop, 0));
+  CK(cudaGetDeviceProperties(&prop, 0));
   sms = prop.multiProcessorCount;
   if (prop.major < 9) {
     std::printf("cluster_probe: %s (sm_%d%d) has no thread block clusters: nothing probed\n", prop.name, prop.major,
                 prop.minor);
     return 0;
   }
-  PROBE_CHECK(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  PROBE_CHECK(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CK(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CK(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   std::printf("%s, %d SMs; probe kernel: %d threads, %zu B dynamic shared memory\n", prop.name, sms, kThreads, smem);
   int clusters2 = 0;
   for (int cs : {1, 2, 4}) {
@@ -118,7 +110,7 @@ int main(int argc, char** argv) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
-    PROBE_CHECK(cudaOccupancyMaxActiveClusters(&n, probe_kernel, &cfg));
+    CK(cudaOccupancyMaxActiveClusters(&n, probe_kernel, &cfg));
     std::printf("  clusters of %d: at most %d at once = %d CTAs on %d SMs%s\n", cs, n, n * cs, sms,
                 n * cs < sms ? " (some SMs get none)" : "");
     if (cs == 2) clusters2 = n;
@@ -129,10 +121,10 @@ int main(int argc, char** argv) {
   }
   const unsigned int ctas = 2u * unsigned(clusters2);
   ProbeOut* d_out = nullptr;
-  PROBE_CHECK(cudaMalloc(&d_out, ctas * sizeof(ProbeOut)));
-  PROBE_CHECK(cudaMemset(d_out, 0xff, ctas * sizeof(ProbeOut)));
+  CK(cudaMalloc(&d_out, ctas * sizeof(ProbeOut)));
+  CK(cudaMemset(d_out, 0xff, ctas * sizeof(ProbeOut)));
   const unsigned int zero = 0;
-  PROBE_CHECK(cudaMemcpyToSymbol(g_arrivals, &zero, sizeof(zero)));
+  CK(cudaMemcpyToSymbol(g_arrivals, &zero, sizeof(zero)));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(ctas);
   cfg.blockDim = dim3(kThreads);
@@ -151,18 +143,19 @@ int main(int argc, char** argv) {
     std::printf("cooperative + clusters of 2, %u CTAs: launch refused: %s\n", ctas, cudaGetErrorString(le));
     return 1;
   }
-  PROBE_CHECK(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
   ProbeOut* h = static_cast<ProbeOut*>(std::malloc(ctas * sizeof(ProbeOut)));
-  PROBE_CHECK(cudaMemcpy(h, d_out, ctas * sizeof(ProbeOut), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(h, d_out, ctas * sizeof(ProbeOut), cudaMemcpyDeviceToHost));
   int bad_dsmem = 0, not_arrived = 0, same_sm = 0;
   for (unsigned int b = 0; b < ctas; ++b) {
     if (h[b].partner_rank_seen != (h[b].cluster_rank ^ 1)) ++bad_dsmem;
     if (h[b].arrived != 1) ++not_arrived;
     if (b + 1 < ctas && (b % 2) == 0 && h[b].smid == h[b + 1].smid) ++same_sm;
   }
-  std::printf("cooperative + clusters of 2, %u CTAs: launched; DSMEM exchange %s (%d wrong), grid-wide arrival %s (%d "
-              "CTAs timed out), pairs on one SM: %d\n",
-              ctas, bad_dsmem ? "FAILED" : "ok", bad_dsmem, not_arrived ? "FAILED" : "ok", not_arrived, same_sm);
+  std::printf(
+      "cooperative + clusters of 2, %u CTAs: launched; DSMEM exchange %s (%d wrong), grid-wide arrival %s (%d "
+      "CTAs timed out), pairs on one SM: %d\n",
+      ctas, bad_dsmem ? "FAILED" : "ok", bad_dsmem, not_arrived ? "FAILED" : "ok", not_arrived, same_sm);
   std::free(h);
   cudaFree(d_out);
   return (bad_dsmem || not_arrived) ? 1 : 0;

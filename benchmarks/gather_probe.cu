@@ -33,19 +33,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "kernels/gemm/gemm_host.h"
 #include "kernels/gemm/gemm_tile.cuh"
 
 namespace {
-
-#define PROBE_CHECK(x)                                                                   \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "gather_probe: %s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 constexpr int kRows = 128;                // A block rows (the engine's BM)
 constexpr int kBK = 64;                   // k block: 64 bf16 = one 128-byte swizzle row
@@ -271,23 +263,23 @@ float time_stream(const CUtensorMap& box, const CUtensorMap& row, const CUtensor
                   int64_t hidden, const int* d_slot_token, const int* d_block_expert, int num_tiles, int n_tiles,
                   int num_kb, int grid, int reps, unsigned long long* d_sum) {
   auto k = stream_kernel<kMode, kLoadB>;
-  PROBE_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemStream));
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemStream));
   k<<<grid, 128, kSmemStream>>>(box, row, b, d_x, hidden, d_slot_token, d_block_expert, num_tiles, n_tiles, num_kb,
                                 d_sum);  // warm-up
-  PROBE_CHECK(cudaGetLastError());
+  CK(cudaGetLastError());
   cudaEvent_t e0, e1;
-  PROBE_CHECK(cudaEventCreate(&e0));
-  PROBE_CHECK(cudaEventCreate(&e1));
-  PROBE_CHECK(cudaEventRecord(e0));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaEventRecord(e0));
   for (int i = 0; i < reps; ++i)
     k<<<grid, 128, kSmemStream>>>(box, row, b, d_x, hidden, d_slot_token, d_block_expert, num_tiles, n_tiles, num_kb,
                                   d_sum);
-  PROBE_CHECK(cudaEventRecord(e1));
-  PROBE_CHECK(cudaEventSynchronize(e1));
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
   float ms = 0;
-  PROBE_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  PROBE_CHECK(cudaEventDestroy(e0));
-  PROBE_CHECK(cudaEventDestroy(e1));
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
   return ms / reps;
 }
 
@@ -302,9 +294,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   cudaDeviceProp prop{};
-  PROBE_CHECK(cudaGetDevice(&dev));
-  PROBE_CHECK(cudaGetDeviceProperties(&prop, dev));
-  PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CK(cudaGetDevice(&dev));
+  CK(cudaGetDeviceProperties(&prop, dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   if (prop.major != 9) {
     std::printf("gather_probe: SKIPPED: needs an sm_90 GPU (found %s, sm_%d%d)\n", prop.name, prop.major, prop.minor);
     return 0;
@@ -340,16 +332,16 @@ int main(int argc, char** argv) {
   void *d_x = nullptr, *d_xd = nullptr, *d_b = nullptr;
   int *d_slot_token = nullptr, *d_block_expert = nullptr;
   const size_t b_elems = size_t(o.experts) * o.n * H;
-  PROBE_CHECK(cudaMalloc(&d_x, x.size() * 2));
-  PROBE_CHECK(cudaMalloc(&d_xd, xd.size() * 2));
-  PROBE_CHECK(cudaMalloc(&d_b, b_elems * 2));
-  PROBE_CHECK(cudaMemset(d_b, 0x3c, b_elems * 2));  // weights' values do not matter to the loads
-  PROBE_CHECK(cudaMalloc(&d_slot_token, slots * 4));
-  PROBE_CHECK(cudaMalloc(&d_block_expert, num_blocks * 4));
-  PROBE_CHECK(cudaMemcpy(d_x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-  PROBE_CHECK(cudaMemcpy(d_xd, xd.data(), xd.size() * 2, cudaMemcpyHostToDevice));
-  PROBE_CHECK(cudaMemcpy(d_slot_token, slot_token.data(), slots * 4, cudaMemcpyHostToDevice));
-  PROBE_CHECK(cudaMemcpy(d_block_expert, block_expert.data(), num_blocks * 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&d_x, x.size() * 2));
+  CK(cudaMalloc(&d_xd, xd.size() * 2));
+  CK(cudaMalloc(&d_b, b_elems * 2));
+  CK(cudaMemset(d_b, 0x3c, b_elems * 2));  // weights' values do not matter to the loads
+  CK(cudaMalloc(&d_slot_token, slots * 4));
+  CK(cudaMalloc(&d_block_expert, num_blocks * 4));
+  CK(cudaMemcpy(d_x, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_xd, xd.data(), xd.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_slot_token, slot_token.data(), slots * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_block_expert, block_expert.data(), num_blocks * 4, cudaMemcpyHostToDevice));
 
   CUtensorMap box_map, row_map, b_map;
   {
@@ -378,22 +370,21 @@ int main(int argc, char** argv) {
   }
   int *d_blocks = nullptr, *d_k0s = nullptr;
   uint8_t* d_out = nullptr;
-  PROBE_CHECK(cudaMalloc(&d_blocks, checks * 4));
-  PROBE_CHECK(cudaMalloc(&d_k0s, checks * 4));
-  PROBE_CHECK(cudaMalloc(&d_out, size_t(checks) * kLayoutStages * kStageA));
-  PROBE_CHECK(cudaMemcpy(d_blocks, blocks.data(), checks * 4, cudaMemcpyHostToDevice));
-  PROBE_CHECK(cudaMemcpy(d_k0s, k0s.data(), checks * 4, cudaMemcpyHostToDevice));
-  PROBE_CHECK(
-      cudaFuncSetAttribute(layout_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kLayoutStages * kStageA + 1024));
+  CK(cudaMalloc(&d_blocks, checks * 4));
+  CK(cudaMalloc(&d_k0s, checks * 4));
+  CK(cudaMalloc(&d_out, size_t(checks) * kLayoutStages * kStageA));
+  CK(cudaMemcpy(d_blocks, blocks.data(), checks * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_k0s, k0s.data(), checks * 4, cudaMemcpyHostToDevice));
+  CK(cudaFuncSetAttribute(layout_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kLayoutStages * kStageA + 1024));
   bool layout_ok = true;
   for (int issuers : {1, 32}) {
-    PROBE_CHECK(cudaMemset(d_out, 0xff, size_t(checks) * kLayoutStages * kStageA));
+    CK(cudaMemset(d_out, 0xff, size_t(checks) * kLayoutStages * kStageA));
     layout_kernel<<<checks, 128, kLayoutStages * kStageA + 1024>>>(box_map, row_map, static_cast<const uint16_t*>(d_x),
                                                                    H, d_slot_token, d_blocks, d_k0s, issuers, d_out);
-    PROBE_CHECK(cudaGetLastError());
-    PROBE_CHECK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
     std::vector<uint8_t> out(size_t(checks) * kLayoutStages * kStageA);
-    PROBE_CHECK(cudaMemcpy(out.data(), d_out, out.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(out.data(), d_out, out.size(), cudaMemcpyDeviceToHost));
     int box_bad = 0, rows_bad = 0, cp_bad = 0;
     for (int c = 0; c < checks; ++c) {
       const uint8_t* st = &out[size_t(c) * kLayoutStages * kStageA];
@@ -421,7 +412,7 @@ int main(int argc, char** argv) {
   const double bytes = kblocks * (kStageA + (o.load_b ? kStageB : 0));
   const double mma_ns = 2.0 * kRows * kBN * kBK / (4096.0 * o.clock_ghz);  // 4096 dense bf16 FLOP / clock / SM
   unsigned long long* d_sum = nullptr;
-  PROBE_CHECK(cudaMalloc(&d_sum, sizeof(unsigned long long)));
+  CK(cudaMalloc(&d_sum, sizeof(unsigned long long)));
   std::printf("throughput: %d tiles x %d k blocks, %s per k block, %d CTAs; MMA period at %.2f GHz: %.0f ns\n",
               num_tiles, num_kb, o.load_b ? "A 16 KB + B 32 KB" : "A 16 KB only", sms, o.clock_ghz, mma_ns);
   const auto* dx = static_cast<const uint16_t*>(d_x);
