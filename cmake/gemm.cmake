@@ -40,7 +40,7 @@ target_compile_options(cluster_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS
 target_link_libraries(cluster_probe PRIVATE kosmos_gemm)
 set_target_properties(cluster_probe PROPERTIES CUDA_ARCHITECTURES 90a)
 
-# Diagnostic: could GEMM1 gather its A rows from x with one-row TMA boxes instead of a dispatch copy?
+# Diagnostic: could GEMM1 gather its A rows from x (one-row TMA boxes, or cp.async) instead of a dispatch copy?
 # (docs/design/moe.md, "Where the time goes"; layout check and load throughput, benchmarks/gather_probe.cu)
 add_executable(gather_probe benchmarks/gather_probe.cu)
 target_compile_options(gather_probe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${KOSMOS_GEMM_CUDA_FLAGS}>)
