@@ -57,7 +57,7 @@ Status time_median_ms(cudaStream_t stream, int reps, const std::function<Status(
 }
 
 std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels,
-                            int lanes) {
+                            int lanes, const std::map<std::string, double>* useful_flops) {
   struct Acc {
     std::vector<double> us;
     double cycles = 0, timed_ns = 0;  // over the records with cycles (the GPU's): the clock
@@ -111,8 +111,10 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
   std::snprintf(line, sizeof line, "  trace: span %.1f us, tasks busy %.1f%% of %d SMs over it, gaps between a CTA's tasks %.1f%%\n",
                 span, 100.0 * busy / lane_us, lanes, 100.0 * gap_total / lane_us);
   out += line;
-  std::snprintf(line, sizeof line, "  %-26s %7s %11s %9s %9s %11s %11s %9s %9s%s\n", "tasks", "count", "SM-busy ms", "mean us",
-                "median us", "first us", "last us", "gap ms", "gap us", clocked ? "  SM MHz" : "");
+  const bool tensor = clocked && useful_flops != nullptr && !useful_flops->empty();
+  std::snprintf(line, sizeof line, "  %-26s %7s %11s %9s %9s %11s %11s %9s %9s%s%s\n", "tasks", "count", "SM-busy ms",
+                "mean us", "median us", "first us", "last us", "gap ms", "gap us", clocked ? "  SM MHz" : "",
+                tensor ? "  tensor %" : "");
   out += line;
   for (auto& [name, a] : by) {
     std::sort(a.us.begin(), a.us.end());
@@ -125,6 +127,13 @@ std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, co
     if (clocked) {  // cycles per microsecond of the label's tasks = their SM clock in MHz
       std::snprintf(line, sizeof line, "  %6.0f", a.timed_ns > 0 ? a.cycles / a.timed_ns * 1e3 : 0.0);
       out += line;
+    }
+    if (tensor) {  // the label's useful FLOPs per cycle of its tasks, against the peak per SM and clock
+      const auto f = useful_flops->find(name);
+      if (f != useful_flops->end() && a.cycles > 0) {
+        std::snprintf(line, sizeof line, "  %9.1f", 100.0 * f->second / (a.cycles * kTensorFlopsPerClock));
+        out += line;
+      }
     }
     out += "\n";
   }

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,14 @@ inline Status stream_wait(cudaStream_t waiter, cudaStream_t source, cudaEvent_t 
 // task's CTA, from the previous task's end to this start -- claim, waits, release). The header line
 // gives the run's span, the busy fraction of `lanes` SMs over it and the gaps' fraction. When the
 // records carry clock cycles (the GPU executor's), a last column gives each label's SM clock: its
-// tasks' cycles over their nanoseconds, in MHz. Records that did not run (end_ns == 0) are skipped.
+// tasks' cycles over their nanoseconds, in MHz. With `useful_flops` (label -> the FLOPs its tasks
+// compute, without padding) and cycles, one more column gives those FLOPs over the label's cycles
+// as a share of Hopper's dense bf16 tensor peak per SM and clock (kTensorFlopsPerClock): the tensor
+// pipe's use at whatever clock the card held (docs/design/moe.md, "Where the time goes"). Records
+// that did not run (end_ns == 0) are skipped.
+inline constexpr double kTensorFlopsPerClock = 4096.0;  // H100 / H200: 989 TFLOP/s = 132 SMs x 1.83 GHz x 4096
 std::string trace_breakdown(const std::vector<runtime::TraceRecord>& records, const std::vector<std::string>& labels,
-                            int lanes);
+                            int lanes, const std::map<std::string, double>* useful_flops = nullptr);
 
 // The records of one traced launch as CSV rows for offline study (scripts/trace_windows.py):
 // launch,label,task,sm,cta,start_ns,end_ns,cycles -- `launch` is the caller's number for the launch

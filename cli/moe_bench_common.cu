@@ -273,24 +273,48 @@ std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols) {
          std::to_string(first % size_t(cols)) + " (raw 0x" + raw + ")";
 }
 
+namespace {
+// Every routed row (W T k; no dropping) through gate_up (H x 2I) and down (I x H).
+double moe_gate_up_flops(const MoeConfig& c) {
+  return 2.0 * double(c.world) * double(c.tokens) * c.top_k * double(c.hidden) * 2.0 * double(c.intermediate);
+}
+double moe_down_flops(const MoeConfig& c) { return moe_gate_up_flops(c) / 2.0; }
+}  // namespace
+
+// The useful FLOPs of each GEMM label of the MoE plans (moe_layer.cpp / moe_backward.cpp name the
+// problems), padding excluded.
+std::map<std::string, double> moe_gemm_label_flops(const MoeConfig& c) {
+  const double gate_up = moe_gate_up_flops(c), down = moe_down_flops(c);
+  return {{"gemm GEMM1 gate_up+SwiGLU", gate_up},
+          {"gemm GEMM1 gate_up+SwiGLU (saves h1)", gate_up},
+          {"gemm GEMM2 down", down},
+          {"gemm H1 (recompute)", gate_up},
+          {"gemm dA'", down},
+          {"gemm dX", gate_up},
+          {"gemm dDown", down},
+          {"gemm dGateUp", gate_up}};
+}
+
 Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s) {
   int dev = 0, sms = 0;
   KOSMOS_CUDA_CHECK(cudaGetDevice(&dev));
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const std::vector<std::string>& phases = L.phase_names(backward);
+  const std::map<std::string, double> flops = moe_gemm_label_flops(L.config());
   std::vector<runtime::TraceRecord> tr;
   std::string csv;
   // The fused runner's last run, then each unfused launch's last run: breakdown and CSV rows.
   auto report_fused = [&](const char* what, int launch) -> Status {
     KOSMOS_RETURN_IF_ERROR(L.read_trace(&tr, backward));
-    std::printf("  %s:\n%s", what, trace_breakdown(tr, L.task_labels(backward), sms).c_str());
+    std::printf("  %s:\n%s", what, trace_breakdown(tr, L.task_labels(backward), sms, &flops).c_str());
     csv += trace_csv(tr, L.task_labels(backward), launch, csv.empty());
     return Status::ok();
   };
   auto report_unfused = [&](const char* what, int first_launch) -> Status {
     for (size_t i = 0; i < phases.size(); ++i) {
       KOSMOS_RETURN_IF_ERROR(L.read_phase_trace(i, &tr, backward));
-      std::printf("  %s %zu (%s):\n%s", what, i + 1, phases[i].c_str(), trace_breakdown(tr, L.phase_task_labels(i, backward), sms).c_str());
+      std::printf("  %s %zu (%s):\n%s", what, i + 1, phases[i].c_str(),
+                  trace_breakdown(tr, L.phase_task_labels(i, backward), sms, &flops).c_str());
       csv += trace_csv(tr, L.phase_task_labels(i, backward), first_launch + int(i), false);
     }
     return Status::ok();
@@ -327,15 +351,10 @@ void put_moe_shape(nlohmann::json& j, const std::string& model, const std::strin
   j["routing"] = routing;
 }
 
-double moe_forward_flops(const MoeConfig& c) {
-  const double rows = double(c.world) * double(c.tokens) * c.top_k;
-  return 2.0 * rows * (double(c.hidden) * 2 * double(c.intermediate) + double(c.intermediate) * double(c.hidden));
-}
+double moe_forward_flops(const MoeConfig& c) { return moe_gate_up_flops(c) + moe_down_flops(c); }
 
 double moe_backward_flops(const MoeConfig& c) {
-  const double rows = double(c.world) * double(c.tokens) * c.top_k;
-  const double gemm1 = 2.0 * rows * double(c.hidden) * 2 * double(c.intermediate);
-  return 2.0 * moe_forward_flops(c) + (c.save_activations ? 0.0 : gemm1);
+  return 2.0 * moe_forward_flops(c) + (c.save_activations ? 0.0 : moe_gate_up_flops(c));
 }
 
 }  // namespace kosmos::cli

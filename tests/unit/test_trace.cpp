@@ -1,6 +1,7 @@
 // Trace export: the JSON parses as a Chrome trace; the SVG has one lane per SM.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -77,6 +78,28 @@ TEST(Trace, BreakdownPrintsTheClockPerLabel) {
   EXPECT_NE(out.find("SM MHz"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+a\s+2\s.*\s1400\n)"))) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+b\s+1\s.*\s2000\n)"))) << out;
+}
+
+// With each label's useful FLOPs, a last column gives them over the label's cycles as a share of
+// the tensor peak per SM and clock: a has 21,000 cycles and half of 21,000 x 4096 FLOPs -> 50.0 %;
+// b has no FLOPs (a copy): no value. Without cycles there is no such column.
+TEST(Trace, BreakdownPrintsTheTensorPipesShare) {
+  auto rec = [](uint32_t id, uint32_t cta, uint64_t s_us, uint64_t e_us, uint64_t cycles) {
+    runtime::TraceRecord r{id, 0, 0, cta, cta, s_us * 1000, e_us * 1000};
+    r.cycles = cycles;
+    return r;
+  };
+  const std::vector<runtime::TraceRecord> r = {rec(0, 0, 0, 10, 15000), rec(1, 0, 12, 17, 6000),
+                                               rec(2, 1, 0, 8, 16000)};
+  const std::vector<std::string> labels = {"a", "a", "b"};
+  const std::map<std::string, double> flops = {{"a", 0.5 * 21000 * cli::kTensorFlopsPerClock}};
+  const std::string out = cli::trace_breakdown(r, labels, 2, &flops);
+  EXPECT_NE(out.find("SM MHz  tensor %"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+a\s+2\s.*\s1400\s+50\.0\n)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s+b\s+1\s.*\s2000\n)"))) << out;
+  std::vector<runtime::TraceRecord> no_cycles = r;
+  for (auto& x : no_cycles) x.cycles = 0;
+  EXPECT_EQ(cli::trace_breakdown(no_cycles, labels, 2, &flops).find("tensor %"), std::string::npos);
 }
 
 // The CSV of a traced launch: one row per record that ran, times relative to the launch's first
