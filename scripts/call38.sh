@@ -1,6 +1,7 @@
 #!/bin/bash
-# The thirty-eighth session's device calls (r49 = 839be9c, the thirty-seventh session's final code).
-#   run(command="V=r49 scripts/call38.sh [STEPS]", carry=["build/variants/r49", "build/gather_probe"])
+# The thirty-eighth session's device calls (r49 = 839be9c, the thirty-seventh session's final code; r50 = 09fb88a: r49's
+# device code, with the breakdown's tensor column -- the next session's binary).
+#   run(command="V=r50 scripts/call38.sh [STEPS]", carry=["build/variants/r50", "build/gather_probe"])
 #   steps in this order:
 #     g: build/gather_probe with B and A only (one-row TMA boxes and cp.async against today's box);
 #     q: a Qwen3 forward trace matched tile by tile (GEMM1 and GEMM2 against their own launches): do
@@ -15,7 +16,7 @@
 # Default: gq. (Call 1 ran `scripts/call37.sh auto2`, call 2 the probe's first version and
 # `scripts/call37.sh c`.)
 . "$(dirname "$0")/device_lib.sh"
-call_start "${V:-r49}"
+call_start "${V:-r50}"
 mode=${1:-gq}
 for ((i = 0; i < ${#mode}; ++i)); do
   case ${mode:i:1} in
