@@ -249,7 +249,7 @@ void run_bench_moe_nccl(const MoeNcclBenchOptions& o) {
                                    std::string("kosmos moe ") + (bwd ? "backward " : "forward ") + o.model + " rank " +
                                        std::to_string(rank) + " of W=" + std::to_string(W) + " T=" + std::to_string(T) +
                                        " (one process per GPU, NCCL)",
-                                   path, s));
+                                   path, s, /*all_ranks=*/W == 1));
     }
     throw_if_error(t->barrier(s));
     cuda(cudaStreamSynchronize(s), "final barrier");

@@ -295,12 +295,13 @@ std::map<std::string, double> moe_gemm_label_flops(const MoeConfig& c) {
           {"gemm dGateUp", gate_up}};
 }
 
-Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s) {
+Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s,
+                     bool all_ranks) {
   int dev = 0, sms = 0;
   KOSMOS_CUDA_CHECK(cudaGetDevice(&dev));
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const std::vector<std::string>& phases = L.phase_names(backward);
-  const std::map<std::string, double> flops = moe_gemm_label_flops(L.config());
+  const std::map<std::string, double> flops = all_ranks ? moe_gemm_label_flops(L.config()) : std::map<std::string, double>{};
   std::vector<runtime::TraceRecord> tr;
   std::string csv;
   // The fused runner's last run, then each unfused launch's last run: breakdown and CSV rows.

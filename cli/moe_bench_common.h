@@ -101,7 +101,10 @@ std::map<std::string, double> moe_gemm_label_flops(const MoeConfig& c);
 // stream s, whose timeline goes as SVG to svg_path, and one more run of the unfused composition right
 // after it. Every launch's records go as CSV to svg_path + ".csv" (trace_csv; launches 100+ = the
 // timed runs', 0 = the extra fused run, 1.. = the extra unfused launches).
-Status trace_moe_run(MoeLayer& layer, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s);
+// all_ranks: the trace holds every rank's tasks (virtual ranks), so the GEMM labels' tensor column
+// can be given (moe_gemm_label_flops counts all ranks' rows); false for one rank per process.
+Status trace_moe_run(MoeLayer& layer, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s,
+                     bool all_ranks = true);
 
 // The layer's shape and routing, as every JSON of both MoE benchmarks names them.
 void put_moe_shape(nlohmann::json& j, const std::string& model, const std::string& routing, const MoeConfig& c);
