@@ -1,5 +1,5 @@
 #!/bin/bash
-# The thirty-eighth session's device calls (r49 = 839be9c, the thirty-seventh session's final code; r50 = 09fb88a: r49's
+# The thirty-eighth session's device calls (r49 = 839be9c, the thirty-seventh session's final code; r50 = d22f312: r49's
 # device code, with the breakdown's tensor column -- the next session's binary).
 #   run(command="V=r50 scripts/call38.sh [STEPS]", carry=["build/variants/r50", "build/gather_probe"])
 #   steps in this order:
