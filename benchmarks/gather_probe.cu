@@ -2,23 +2,23 @@
 // docs/design/moe.md, "Where the time goes": at W = 1 the forward's dispatch copies every routed row
 // (470 MB for the DeepSeek-V3 proxy at T = 4096) only so that GEMM1's A block is one TMA box.
 // That copy is 5 % of the launch's SM time, and a persistent launch cannot hide it. Hopper's TMA
-// has no gather. The candidate is one TMA per row: a [1 row, 64 k] box with the engine's 128-byte
-// swizzle, written at row r's place of the stage. This probe answers, on the machine at hand:
-//   1. layout: is a stage filled by 128 one-row boxes byte for byte the stage that one 128-row box
-//      of the same rows gives (the engine's A map, from a copy where the rows are contiguous)? It is
-//      if the swizzle follows the shared-memory address. The `cp.async` stage is checked the same way. Random gathers,
-//      several row blocks and k offsets, rows issued by one lane and by 32 lanes; the box's stage is also decoded
-//      against the host's rows, so neither side can be wrong unnoticed.
+// has no gather. The candidates: one TMA per row (a [1 row, 64 k] box with the engine's 128-byte
+// swizzle, written at row r's place of the stage), or `cp.async` by two producer warps (16 bytes a
+// thread and instruction, written at their swizzled places by hand, completing on the stage's full
+// barrier through `cp.async.mbarrier.arrive.noinc`). This probe answers, on the machine at hand:
+//   1. layout: are the stages these give byte for byte the stage one 128-row box of the same rows
+//      gives (the engine's A map, from a copy where the rows are contiguous)? Random gathers, several
+//      row blocks and k offsets, rows issued by one lane and by 32 lanes; the box's stage is also
+//      decoded against the host's rows, so neither side can be wrong unnoticed.
 //   2. throughput: persistent CTAs, one per SM, stream GEMM1's loads at the DeepSeek-V3 proxy's
 //      shape: A [128 rows, 64 k] and B [256 n, 64 k] per k block, 4 stages of 48 KB, tiles in slot
-//      order with 16 n tiles per row block. A comes one of three ways: as one box from the
-//      dispatched copy (the engine today), as 128 one-row boxes from x issued by one lane, or
-//      issued by 32 lanes (4 rows each), or copied by two producer warps with `cp.async` (16 bytes a
-//      thread and instruction, written at their swizzled places by hand, completing on the stage's
-//      full barrier through `cp.async.mbarrier.arrive.noinc`). A consumer warp releases each stage
-//      once its bytes have landed. The probe prints each mode's k-block period per SM against the MMA's period
-//      (128x256x64 at --clock-ghz: ~0.76 us at the 1.35 GHz the H100 holds in the MoE's GEMM1).
-//      Gathering is viable only if its period stays well under the MMA's.
+//      order with 16 n tiles per row block. A comes one of four ways: one box from the dispatched
+//      copy (the engine today), 128 one-row boxes issued by one lane or by 32 lanes, or `cp.async`.
+//      A consumer warp releases each stage once its bytes have landed. The probe prints each mode's
+//      k-block period per SM against the MMA's (128x256x64 at --clock-ghz: ~0.76 us at the 1.35 GHz
+//      the H100 holds in the MoE's GEMM1). Measured on an H100 (thirty-eighth session,
+//      docs/perf-notes.md): all layouts the same; one-row boxes 5x too slow, `cp.async` 1.04-1.07x
+//      the box's period with B.
 // Usage: gather_probe [--tokens 4096] [--hidden 7168] [--experts 32] [--topk 8] [--n 4096]
 //                     [--reps 5] [--clock-ghz 1.35] [--no-b]
 // A diagnostic, built with the project (build/gather_probe); it does not touch the runtime.
