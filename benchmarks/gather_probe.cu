@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bench_util.cuh"
+#include "kernels/gemm/bf16.h"
 #include "kernels/gemm/gemm_host.h"
 #include "kernels/gemm/gemm_tile.cuh"
 
@@ -252,12 +253,6 @@ void check_status(const kosmos::Status& s) {
   }
 }
 
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 template <int kMode, bool kLoadB>
 float time_stream(const CUtensorMap& box, const CUtensorMap& row, const CUtensorMap& b, const uint16_t* d_x,
                   int64_t hidden, const int* d_slot_token, const int* d_block_expert, int num_tiles, int n_tiles,
@@ -327,7 +322,7 @@ int main(int argc, char** argv) {
   // x: random bf16; the dispatched copy: x's rows in slot order.
   std::vector<uint16_t> x(size_t(o.tokens) * H), xd(size_t(slots) * H);
   std::uniform_real_distribution<float> val(-1.f, 1.f);
-  for (auto& v : x) v = bf16_bits(val(rng));
+  for (auto& v : x) v = kosmos::kernels::gemm::float_to_bf16(val(rng));
   for (int64_t s = 0; s < slots; ++s) std::memcpy(&xd[size_t(s) * H], &x[size_t(slot_token[s]) * H], size_t(H) * 2);
   void *d_x = nullptr, *d_xd = nullptr, *d_b = nullptr;
   int *d_slot_token = nullptr, *d_block_expert = nullptr;

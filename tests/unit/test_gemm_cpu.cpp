@@ -547,7 +547,8 @@ TEST(GemmCpu, ExpertMajorMapIsAPermutationAndKeepsC) {
 // would let a tile load K rows whose counter it never waited on.
 TEST(GemmCpu, WaitRuleSliceEndCoversExactlyOneCounter) {
   using ops::GemmWaitRule;
-  const GemmWaitRule rules[] = {{5, 128, 0}, {7, 0, 128}, {7, 0, 64}, {7, 0, 192}, {7, 256, 96}, {3, 128, 32}, {9, 0, 1000}};
+  const GemmWaitRule rules[] = {{5, 128, 0},  {7, 0, 128},  {7, 0, 64},  {7, 0, 192},
+                                {7, 256, 96}, {3, 128, 32}, {9, 0, 1000}};
   for (const GemmWaitRule& r : rules) {
     for (int m : {0, 1, 3}) {
       for (int kb = 0; kb < 200; ++kb) {
@@ -559,7 +560,8 @@ TEST(GemmCpu, WaitRuleSliceEndCoversExactlyOneCounter) {
           EXPECT_EQ(ops::gemm_wait_counter(r, m, kb + 77), c);
           continue;
         }
-        for (int k = kb; k < end; ++k) ASSERT_EQ(ops::gemm_wait_counter(r, m, k), c) << "k_rows " << r.k_rows << " kb " << kb << " k " << k;
+        for (int k = kb; k < end; ++k)
+          ASSERT_EQ(ops::gemm_wait_counter(r, m, k), c) << "k_rows " << r.k_rows << " kb " << kb << " k " << k;
         EXPECT_GT(ops::gemm_wait_counter(r, m, end), c) << "k_rows " << r.k_rows << " kb " << kb;
       }
     }
