@@ -55,11 +55,7 @@ for ((i = 0; i < ${#mode}; ++i)); do
         # fused GEMM1 tiles now take their own launch's cycles (calls 1-2: 1.08x late in the launch,
         # with or without the async-proxy fences; r47's KOSMOS_DIAG=2 measured that, then removed)?
         # A trace matched tile by tile, then alternated rounds.
-      timeout 150 "$K" bench moe ${D//,/ } --skip-cublas --reps 20 --trace-svg $OUT/x/fd-trace.svg > $OUT/x/fd-trace.txt 2>&1
-      echo "fd trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $OUT/x/fd-trace.txt | head -4
-      rm -f $OUT/x/fd-trace.svg; gzip -f $OUT/x/fd-trace.svg.csv
-      python3 scripts/trace_match.py $OUT/x/fd-trace.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU"
-      python3 scripts/trace_match.py $OUT/x/fd-trace.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us 3000
+      fwd_trace_match fd 3000 "" "$D,--skip-cublas,--reps,20"
       moe_rounds "$K" 3 $OUT/x "d:$D,--skip-cublas,--reps,20 q:$Q,--skip-cublas,--reps,20 qb:$Q,$B" ;;
   esac
   [ -d $OUT/x ] && tar czf $OUT/x.tgz -C $OUT x

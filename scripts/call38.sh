@@ -26,22 +26,13 @@ for ((i = 0; i < ${#mode}; ++i)); do
       timeout 90 build/gather_probe --no-b --reps 5 > $OUT/x/gather-a-only.txt 2>&1
       echo "gather_probe --no-b rc=$? $(el)"; grep -E "^  round|^layout|throughput" $OUT/x/gather-a-only.txt ;;
     q)
-      timeout 150 "$K" bench moe ${Q//,/ } --skip-cublas --reps 20 --trace-svg $OUT/x/fq-trace.svg > $OUT/x/fq-trace.txt 2>&1
-      echo "fq trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $OUT/x/fq-trace.txt | head -4
-      rm -f $OUT/x/fq-trace.svg; gzip -f $OUT/x/fq-trace.svg.csv
-      python3 scripts/trace_match.py $OUT/x/fq-trace.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU"
-      python3 scripts/trace_match.py $OUT/x/fq-trace.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us 2000 ;;
+      fwd_trace_match fq 2000 "" "$Q,--skip-cublas,--reps,20" ;;
     s)
       for v in plain sig sigdiag; do
-        extra=(); envs=()
-        [ $v != plain ] && extra=(--unfused-signals)
-        [ $v = sigdiag ] && envs=(KOSMOS_DIAG=1)
-        env "${envs[@]}" timeout 150 "$K" bench moe ${Q//,/ } --skip-cublas --reps 20 "${extra[@]}" \
-          --trace-svg $OUT/x/s$v-trace.svg > $OUT/x/s$v-trace.txt 2>&1
-        echo "s $v trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $OUT/x/s$v-trace.txt | head -2
-        rm -f $OUT/x/s$v-trace.svg; gzip -f $OUT/x/s$v-trace.svg.csv
-        python3 scripts/trace_match.py $OUT/x/s$v-trace.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU" | grep -E "late|all"
-        python3 scripts/trace_match.py $OUT/x/s$v-trace.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us 2000 | grep -E "late|all"
+        extra=; envs=
+        [ $v != plain ] && extra=,--unfused-signals
+        [ $v = sigdiag ] && envs=KOSMOS_DIAG=1
+        fwd_trace_match s$v 2000 "$envs" "$Q,--skip-cublas,--reps,20$extra"
       done ;;
   esac
   tar czf $OUT/x.tgz -C $OUT x

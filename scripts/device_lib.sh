@@ -86,6 +86,20 @@ moe_rounds() {  # bin rounds dir "tag:arg,arg tag2@VAR=1@VAR2=0:arg ..." [extra 
   done
 }
 
+# fwd_trace_match TAG SPLIT_US "ENV=1 ..." ARGS -- one traced `bench moe` forward ($K; ARGS: commas
+# for spaces, ENV: the run's environment, may be empty), its CSV gzipped under $OUT/x/TAG-trace.*,
+# then its fused GEMM1 and GEMM2 tiles matched one by one against their own launches
+# (scripts/trace_match.py; GEMM2's early / late boundary at SPLIT_US).
+fwd_trace_match() {
+  local tag=$1 split=$2 envs=$3 args=$4 f=$OUT/x/$1-trace
+  # shellcheck disable=SC2086
+  env $envs timeout 150 "$K" bench moe ${args//,/ } --trace-svg $f.svg > $f.txt 2>&1
+  echo "$tag trace rc=$? $(el)"; grep -E "^  (fused|unfused)|differ|FAIL" $f.txt | head -4
+  rm -f $f.svg; gzip -f $f.svg.csv
+  python3 scripts/trace_match.py $f.svg.csv.gz 100 105 "gemm GEMM1 gate_up+SwiGLU"
+  python3 scripts/trace_match.py $f.svg.csv.gz 100 106 "gemm GEMM2 down" --split-us "$split"
+}
+
 # The variant's commit for the JSON (the device's copy of the tree may carry a stale .git).
 variant_commit() { head -1 "build/variants/$1/commit.txt" | cut -c1-12; }
 
