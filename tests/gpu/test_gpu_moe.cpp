@@ -189,6 +189,20 @@ TEST(GpuMoeWideTasks, ManyTokensPerCombineTaskTopK10) {
   run_moe_backward(2, 600, 264, 136, 16, 10, Routing::kSkewedWithDrops, 0, 600);
 }
 
+// Rows longer than one of the dispatch's staging buffers (kMoeStagingVecs = 512 16-byte vectors,
+// H = 4096): H = 4104 is two chunks, the second of one vector (lane 0 alone), so a warp's items cross
+// rows mid-pipeline; the backward moves x and dy rows (four chunks a row), the saved backward dy only.
+TEST(GpuMoeWideRows, RowsOfTwoStagingChunks) {
+  SKIP_WITHOUT_GPU();
+  run_moe(1, 64, 4104, 128, 8, 4, Routing::kSkewed);
+  run_moe(2, 48, 4104, 136, 8, 2, Routing::kSkewedWithDrops);
+  run_moe_backward(1, 64, 4104, 128, 8, 4, Routing::kSkewed);
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ(check_saved_activations(1, 64, 4104, 128, 8, 4, Routing::kSkewed, false, 64, st), "");
+  cudaStreamDestroy(st);
+}
+
 TEST(GpuMoeBackwardGraph, FusedBackwardReplaysFromACudaGraph) {
   SKIP_WITHOUT_GPU();
   run_moe_backward(8, 128, 512, 256, 64, 8, Routing::kUniform, 20);
