@@ -281,18 +281,14 @@ double moe_gate_up_flops(const MoeConfig& c) {
 double moe_down_flops(const MoeConfig& c) { return moe_gate_up_flops(c) / 2.0; }
 }  // namespace
 
-// The useful FLOPs of each GEMM label of the MoE plans (moe_layer.cpp / moe_backward.cpp name the
-// problems), padding excluded.
-std::map<std::string, double> moe_gemm_label_flops(const MoeConfig& c) {
-  const double gate_up = moe_gate_up_flops(c), down = moe_down_flops(c);
-  return {{"gemm GEMM1 gate_up+SwiGLU", gate_up},
-          {"gemm GEMM1 gate_up+SwiGLU (saves h1)", gate_up},
-          {"gemm GEMM2 down", down},
-          {"gemm H1 (recompute)", gate_up},
-          {"gemm dA'", down},
-          {"gemm dX", gate_up},
-          {"gemm dDown", down},
-          {"gemm dGateUp", gate_up}};
+// Each GEMM label's useful FLOPs in `layer`'s plan of one direction: the layer's FLOPs per routed row
+// (MoeLayer::gemm_flops_per_row, where the problems are named) times every rank's T k rows.
+std::map<std::string, double> moe_gemm_label_flops(const MoeLayer& layer, bool backward) {
+  const MoeConfig& c = layer.config();
+  const double rows = double(c.world) * double(c.tokens) * double(c.top_k);
+  std::map<std::string, double> out;
+  for (const auto& [label, per_row] : layer.gemm_flops_per_row(backward)) out[label] = per_row * rows;
+  return out;
 }
 
 Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const std::string& svg_path, cudaStream_t s,
@@ -301,7 +297,7 @@ Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const
   KOSMOS_CUDA_CHECK(cudaGetDevice(&dev));
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const std::vector<std::string>& phases = L.phase_names(backward);
-  const std::map<std::string, double> flops = all_ranks ? moe_gemm_label_flops(L.config()) : std::map<std::string, double>{};
+  const std::map<std::string, double> flops = all_ranks ? moe_gemm_label_flops(L, backward) : std::map<std::string, double>{};
   std::vector<runtime::TraceRecord> tr;
   std::string csv;
   // The fused runner's last run, then each unfused launch's last run: breakdown and CSV rows.

@@ -92,8 +92,9 @@ void poison_on(cudaStream_t s, void* p, size_t bytes);
 // `cols` values.
 std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols);
 
-// Each GEMM label's useful FLOPs in the MoE plans of config c (trace_breakdown's tensor column).
-std::map<std::string, double> moe_gemm_label_flops(const MoeConfig& c);
+// Each GEMM label's useful FLOPs in `layer`'s plan of one direction, all ranks' rows
+// (trace_breakdown's tensor column).
+std::map<std::string, double> moe_gemm_label_flops(const MoeLayer& layer, bool backward);
 
 // Where the time of `layer`'s runs went by task label (trace_breakdown; cfg.trace must have been set
 // at planning, so every run records its trace): first the records the last timed runs left (the

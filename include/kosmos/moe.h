@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -194,6 +195,9 @@ class MoeLayer {
   // A label per task of the fused plan (index = TraceRecord::task_id): the task kind, or for GEMM
   // tiles "gemm <problem>" (GEMM1 / GEMM2; backward: H1 (recompute), dA', dX, dDown, dGateUp).
   const std::vector<std::string>& task_labels(bool backward = false) const;
+  // The useful FLOPs per routed row of each GEMM label of task_labels (padding excluded): times a
+  // direction's routed rows, the FLOPs its tiles of that label do (the bench's "tensor %" column).
+  const std::map<std::string, double>& gemm_flops_per_row(bool backward = false) const;
   size_t num_tasks(bool fused = true) const;
   size_t num_backward_tasks(bool fused = true) const;  // 0 without cfg.backward
   // The unfused composition one launch at a time (per-phase timing): run_phase(i) for i in order

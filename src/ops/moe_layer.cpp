@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -211,6 +212,7 @@ struct MoeLayer::Impl {
   std::vector<std::unique_ptr<ops::OpRunner>> backward_unfused;  // one per phase
   size_t backward_tasks_fused = 0, backward_tasks_unfused = 0;
   std::vector<std::string> labels, backward_labels;  // per fused task: kind, or "gemm <problem>"
+  std::map<std::string, double> flops_per_row, backward_flops_per_row;  // per GEMM label (gemm_flops_per_row)
   std::vector<std::string> phase_names, backward_phase_names;  // per unfused launch
   std::vector<std::vector<std::string>> phase_labels, backward_phase_labels;  // per unfused launch, per task
   std::string summary;
@@ -230,6 +232,18 @@ namespace {
 Status launch(const DistributedContext* dist, ops::OpRunner& runner, cudaStream_t stream) {
   if (dist) KOSMOS_RETURN_IF_ERROR(dist->barrier(stream));
   return runner.run(stream);
+}
+
+// The useful FLOPs of each GEMM problem per routed row, by its tiles' label ("gemm <problem>"):
+// 2 N K for the problems grouped over M (a row is one of their M rows), 2 M N for the grouped-K
+// weight gradients (a row is one of their K rows). The bench's breakdown multiplies by the rows.
+std::map<std::string, double> label_flops_per_row(const ops::moe::DirectionPlan& dp) {
+  std::map<std::string, double> out;
+  for (size_t j = 0; j < dp.problems.size() && j < dp.problem_names.size(); ++j) {
+    const kernels::gemm::GemmDesc& d = dp.problems[j].desc;
+    out["gemm " + dp.problem_names[j]] = 2.0 * double(d.n) * double(d.grouped_k ? d.m : d.k);
+  }
+  return out;
 }
 
 // The fused runner (every wait and signal: one launch) and the unfused composition (one runner
@@ -577,6 +591,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
   static_assert(kNumPhases == 7, "one name per phase");
   KOSMOS_RETURN_IF_ERROR(make_runners(fwd, cfg, dist, impl->mem, &impl->fused, &impl->unfused, &impl->tasks_fused,
                                       &impl->tasks_unfused, &impl->labels, &impl->phase_names, &impl->phase_labels));
+  impl->flops_per_row = label_flops_per_row(fwd);
   std::string backward_summary;
   if (cfg.backward) {
     ops::moe::DirectionPlan bwd;
@@ -584,6 +599,7 @@ Status MoeLayer::plan_impl(const MoeConfig& cfg, const DistributedContext* dist,
     KOSMOS_RETURN_IF_ERROR(make_runners(bwd, cfg, dist, impl->mem, &impl->backward_fused, &impl->backward_unfused,
                                         &impl->backward_tasks_fused, &impl->backward_tasks_unfused, &impl->backward_labels,
                                         &impl->backward_phase_names, &impl->backward_phase_labels));
+    impl->backward_flops_per_row = label_flops_per_row(bwd);
     backward_summary = "; " + bwd.summary;
   }
   size_t kinds[32] = {};
@@ -674,6 +690,10 @@ const std::vector<std::string>& MoeLayer::phase_task_labels(size_t i, bool backw
 
 const std::vector<std::string>& MoeLayer::task_labels(bool backward) const {
   return backward ? impl_->backward_labels : impl_->labels;
+}
+
+const std::map<std::string, double>& MoeLayer::gemm_flops_per_row(bool backward) const {
+  return backward ? impl_->backward_flops_per_row : impl_->flops_per_row;
 }
 
 size_t MoeLayer::num_tasks(bool fused) const { return fused ? impl_->tasks_fused : impl_->tasks_unfused; }

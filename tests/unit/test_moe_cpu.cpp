@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "../moe_check.h"
 
@@ -230,6 +231,44 @@ TEST(MoeCpu, PhaseTracesCoverEachLaunchsTasks) {
   std::vector<runtime::TraceRecord> tr;
   EXPECT_NE(L->read_phase_trace(names.size(), &tr).message().find("out of range"), std::string::npos);
   EXPECT_TRUE(L->phase_task_labels(names.size()).empty());
+}
+
+TEST(MoeCpu, EveryGemmLabelHasItsFlopsPerRow) {
+  // MoeLayer::gemm_flops_per_row names each GEMM label of the plans (the bench's tensor column):
+  // every "gemm ..." label of both directions has an entry, with the problem's 2 N K per routed row
+  // (grouped over M) or 2 M N (the grouped-K weight gradients). Recomputing and saving backward.
+  const int64_t H = 64, I = 32;
+  const double gate_up = 2.0 * H * 2 * I, down = 2.0 * I * H;
+  for (bool saved : {false, true}) {
+    MoeConfig c = moe_config(2, 40, H, I, 8, 4, true);
+    c.backward = true;
+    c.save_activations = saved;
+    std::unique_ptr<MoeLayer> L;
+    ASSERT_TRUE(MoeLayer::plan(c, &L).is_ok());
+    for (bool backward : {false, true}) {
+      const std::map<std::string, double>& f = L->gemm_flops_per_row(backward);
+      size_t gemm_labels = 0;
+      for (const std::string& label : L->task_labels(backward)) {
+        if (label.rfind("gemm ", 0) != 0) continue;
+        ++gemm_labels;
+        EXPECT_EQ(f.count(label), 1u) << label << (backward ? " (backward)" : "");
+      }
+      EXPECT_GT(gemm_labels, 0u);
+      const std::map<std::string, double> want =
+          backward ? (saved ? std::map<std::string, double>{{"gemm dA'", down}, {"gemm dX", gate_up}, {"gemm dDown", down},
+                                                            {"gemm dGateUp", gate_up}}
+                            : std::map<std::string, double>{{"gemm H1 (recompute)", gate_up}, {"gemm dA'", down},
+                                                            {"gemm dX", gate_up}, {"gemm dDown", down},
+                                                            {"gemm dGateUp", gate_up}})
+                   : std::map<std::string, double>{
+                         {saved ? "gemm GEMM1 gate_up+SwiGLU (saves h1)" : "gemm GEMM1 gate_up+SwiGLU", gate_up},
+                         {"gemm GEMM2 down", down}};
+      for (const auto& [label, flops] : want) {
+        ASSERT_EQ(f.count(label), 1u) << label << (saved ? " (saved)" : "");
+        EXPECT_EQ(f.at(label), flops) << label << (saved ? " (saved)" : "");
+      }
+    }
+  }
 }
 
 TEST(MoeCpu, InterleaveHelperMatchesTheEngineLayout) {
