@@ -12,19 +12,15 @@
 //            equal experts inside a batch with __match_any_sync: stable (t-major, then j) without
 //            a sort. Chunk 0 of the rank stage writes cnt, start and pushes the counts.
 //   offsets  one CTA per rank; E <= 256 experts, thread 0 does the per-owner prefix (E steps).
-//   dispatch one warp per received row, 16-byte vectors (H % 8 == 0), staged through the warp's two
-//            8 KB shared-memory buffers by cp.async ("Staged copies" below).
+//   dispatch one warp per received row, 16-byte vectors (H % 8 == 0).
 //   combine  one warp per token: lanes 0..k-1 resolve the k source rows, every lane sums 8
 //            columns at a time over j = 0..k-1 in order (fp32), stores bf16. Backward: the same
 //            into dx, and lanes 0..k-1 gather the router-weight gradients.
 //   swiglu_backward  thread 0 maps the task's slots to row ranges (smem: 3 x 64 + 1 int32), then one
-//            warp per row, 8 columns per lane step, the row's h1 and dA' staged by cp.async in
-//            column chunks; padding rows get zeros.
+//            warp per row, 8 columns per lane step; padding rows get zeros.
 #pragma once
 
 #include <cuda_bf16.h>
-
-#include <cute/arch/copy_sm80.hpp>
 
 #include "kernels/gemm/gemm_params.h"
 #include "kernels/moe_tasks.h"
@@ -199,41 +195,7 @@ __device__ __forceinline__ void offsets(const plan::Task& t, const MoeArgs& a, c
   }
 }
 
-// Staged copies (thirty-ninth session). Dispatch and the SwiGLU backward are bound by the memory
-// round trip, not by HBM: with the vectors a lane can hold in registers (four; more spilled the op
-// kernel: docs/design/moe.md, "Memory-bound bodies") a warp has ~2 KB in flight and an SM ~13 GB/s,
-// half its share of HBM. So each warp stages its rows through two 8 KB shared-memory buffers of the
-// op kernel's ~224 KB (idle during these tasks): every lane issues `cp.async` 16-byte copies of its
-// vectors of the warp's next chunk, then works on the chunk before from shared memory, so a whole
-// chunk per warp is in flight. Each lane reads back only the vectors it copied itself, so neither a
-// warp barrier nor a fence is needed; cp.async is a generic-proxy operation and the results are
-// ordinary stores (to a peer's buffer too), published by the runtime's release.
-inline constexpr uint32_t kMoeStagingVecs = 512;                              // 16-byte vectors per buffer (8 KB)
-inline constexpr uint32_t kMoeStagingBytesPerWarp = 2 * kMoeStagingVecs * 16;  // two buffers
-inline constexpr uint32_t kMoeStagingOffset = 1024;  // past swiglu_backward's row maps (< 1 KB)
-__host__ __device__ constexpr size_t moe_staging_bytes(int warps) {
-  return kMoeStagingOffset + size_t(warps) * kMoeStagingBytesPerWarp;
-}
-// Buffer 0 of the warp's two; buffer 1 follows at kMoeStagingVecs.
-__device__ __forceinline__ uint4* moe_staging(char* smem, int warp_idx) {
-  return reinterpret_cast<uint4*>(smem + kMoeStagingOffset + size_t(warp_idx) * kMoeStagingBytesPerWarp);
-}
-// One 16-byte global -> shared copy (cp.async.cg: through L2 only).
-__device__ __forceinline__ void stage_vec(const uint4* src, uint4* dst) {
-  cute::SM80_CP_ASYNC_CACHEGLOBAL<uint4>::copy(*src, *dst);
-}
-// ld.shared of a staged vector (the runtime launders the smem pointer, so a plain read would be a
-// generic load).
-__device__ __forceinline__ uint4 staged_vec(const uint4* p) {
-  uint4 r;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p)))
-               : "memory");
-  return r;
-}
-
-__device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx, char* smem,
+__device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, const runtime::TaskContext& ctx,
                                          int num_threads) {
   const uint32_t s = t.rank, d = a.a & 0xFFFFu, E = a.num_experts, H = a.hidden, N = a.tokens * a.top_k;
   const int warp_idx = ctx.thread_idx / 32, lane_idx = ctx.thread_idx % 32, num_warps = num_threads / 32;
@@ -252,76 +214,35 @@ __device__ __forceinline__ void dispatch(const plan::Task& t, const MoeArgs& a, 
   const uint4* src_rows = dy_only ? dy : x;
   uint4* dst_rows = dy_only ? recv_dy : recv_x;
   const uint32_t vecs = H / 8;
-  const uint32_t chunks = (vecs + kMoeStagingVecs - 1) / kMoeStagingVecs;
-  const uint32_t parts = (backward && !dy_only) ? 2 * chunks : chunks;  // a row's items: x (or dy) chunks, then dy's
-  uint4* staging = moe_staging(smem, warp_idx);
-  // The warp's items in order: its rows (rows i of the experts [b, c) with i % num_slices == slice,
-  // one warp per row, the warps balanced across experts), each row's parts. Each step stages item j
-  // into buffer j % 2 and moves item j - 1 out of the other one. Lane-uniform state.
+  // Rows i of the experts [b, c) with i % num_slices == slice, one warp per row.
   const int32_t slice = int32_t((a.a >> 16) & 0xFFu), num_slices = int32_t(max(1u, a.a >> 24));
-  uint32_t next_e = a.b;  // the expert after the current one
-  int32_t row_base = 0, m = 0, mine = 0, first = 0, off = 0;
-  int32_t cur_dst = 0, nxt_src = 0, nxt_dst = 0;  // token row of the source, received row
-  uint32_t cur_part = 0, nxt_part = parts - 1;  // as if at a row's last part: the first step finds row 0
-  bool have = false;
-#pragma unroll 1
-  for (uint32_t b = 0;; b ^= 1u) {
-    bool more = ++nxt_part < parts;
-    if (!more) {  // the warp's next row: the current expert's m-th, else the next expert's first
-      while (m >= mine && next_e < a.c) {
-        row_base += mine;
-        const uint32_t e = next_e++;
-        const int32_t n = __ldcg(cnt + e);
-        first = __ldcg(start + e);
-        off = __ldcg(send_off + e);
-        mine = n > slice ? (n - slice + num_slices - 1) / num_slices : 0;
-        m = (warp_idx - row_base % num_warps + num_warps) % num_warps;
-      }
-      more = m < mine;
-      if (more) {
-        const int32_t i = slice + m * num_slices;
-        const int32_t entry = __ldcg(perm + first + i);
-        nxt_src = entry / int32_t(a.top_k);
-        nxt_dst = off + i;
-        nxt_part = 0;
-        if (!dy_only && lane_idx == 0) recv_w[off + i] = w[entry];
-        m += num_warps;
-      }
-    }
-    if (more) {  // stage item j
-      const bool second = nxt_part >= chunks;  // the backward's dy row
-      const uint32_t q = (second ? nxt_part - chunks : nxt_part) * kMoeStagingVecs;
-      const uint4* src = (second ? dy : src_rows) + size_t(nxt_src) * vecs + q;
-      uint4* buf = staging + b * kMoeStagingVecs;
-      const uint32_t n = min(kMoeStagingVecs, vecs - q);
-      for (uint32_t v = lane_idx; v < n; v += 32) stage_vec(src + v, buf + v);
-      cute::cp_async_fence();
-    }
-    if (have) {  // move item j - 1 out
-      if (more) cute::cp_async_wait<1>();
-      else cute::cp_async_wait<0>();
-      const bool second = cur_part >= chunks;
-      const uint32_t q = (second ? cur_part - chunks : cur_part) * kMoeStagingVecs;
-      uint4* dst = (second ? recv_dy : dst_rows) + size_t(cur_dst) * vecs + q;
-      const uint4* buf = staging + (b ^ 1u) * kMoeStagingVecs;
-      const uint32_t n = min(kMoeStagingVecs, vecs - q);
-      // Four reads in flight, then their stores; each pass defines all four (a guarded read would
-      // leave the others live across passes: the first version spilled them, 160 B).
+  int32_t row_base = 0;  // rows of this task before expert e (balances warps across experts)
+  for (uint32_t e = a.b; e < a.c; ++e) {
+    const int32_t n = __ldcg(cnt + e), first = __ldcg(start + e), off = __ldcg(send_off + e);
+    const int32_t mine = n > slice ? (n - slice + num_slices - 1) / num_slices : 0;
+    for (int32_t m = (warp_idx - row_base % num_warps + num_warps) % num_warps; m < mine; m += num_warps) {
+      const int32_t i = slice + m * num_slices;
+      const int32_t entry = __ldcg(perm + first + i);
+      const uint4* src = src_rows + size_t(entry / a.top_k) * vecs;
+      uint4* dst = dst_rows + size_t(off + i) * vecs;
       uint32_t v = lane_idx;
-      for (; v + 96 < n; v += 128) {
-        const uint4 r0 = staged_vec(buf + v), r1 = staged_vec(buf + v + 32), r2 = staged_vec(buf + v + 64),
-                    r3 = staged_vec(buf + v + 96);
-        dst[v] = r0;
-        dst[v + 32] = r1;
-        dst[v + 64] = r2;
-        dst[v + 96] = r3;
+      for (; v + 96 < vecs; v += 128) {
+        const uint4 v0 = src[v], v1 = src[v + 32], v2 = src[v + 64], v3 = src[v + 96];
+        dst[v] = v0;
+        dst[v + 32] = v1;
+        dst[v + 64] = v2;
+        dst[v + 96] = v3;
       }
-      for (; v < n; v += 32) dst[v] = staged_vec(buf + v);
+      for (; v < vecs; v += 32) dst[v] = src[v];
+      if (dy_only) continue;
+      if (backward) {
+        const uint4* src_dy = dy + size_t(entry / a.top_k) * vecs;
+        uint4* dst_dy = recv_dy + size_t(off + i) * vecs;
+        for (uint32_t u = lane_idx; u < vecs; u += 32) dst_dy[u] = src_dy[u];
+      }
+      if (lane_idx == 0) recv_w[off + i] = w[entry];
     }
-    if (!more) return;
-    cur_dst = nxt_dst;
-    cur_part = nxt_part;
-    have = true;
+    row_base += mine;
   }
 }
 
@@ -424,31 +345,13 @@ __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeAr
   uint4* recv_x = static_cast<uint4*>(ctx.buffer(kMoeRecvX, d));
   uint4* recv_dy = static_cast<uint4*>(ctx.buffer(kMoeRecvDy, d));
   const uint32_t iv = I / 8, hv = H / 8;  // 16-byte vectors per row of act / of x
-  // A row's act columns in nch chunks of cvecs vectors (a multiple of 32, so a lane keeps the
-  // columns v = lane (mod 32) in increasing order: the dot product's order does not depend on the
-  // chunking); a chunk's staging is its h1 gate / up pairs (2 cvecs vectors), then its dA' (cvecs).
-  constexpr uint32_t kChunkMax = kMoeStagingVecs / 3 / 32 * 32;  // 160 vectors: 7.5 KB of staging
-  const uint32_t nch = (iv + kChunkMax - 1) / kChunkMax;
-  const uint32_t cvecs = ((iv + nch - 1) / nch + 31) / 32 * 32;
-  uint4* staging = moe_staging(smem, warp_idx);
-  struct Item {
-    size_t row;
-    uint32_t c;  // chunk
-    float w;     // the row's router weight
-  };
   int i = 0;
-  int32_t n = warp_idx - num_warps;
-  // The warp's next row with data (writing the padding rows' zeros on the way); false when none.
-  auto next_row = [&](Item& it) -> bool {
-    for (n += num_warps; n < total; n += num_warps) {
-      while (n >= s_first[i + 1]) ++i;
-      const int32_t local = n - s_first[i];
-      const size_t row = size_t(s_row0[i] + local);
-      if (local < s_valid[i]) {
-        it = Item{row, 0, __ldcg(recv_w + row)};
-        return true;
-      }
-      const uint4 z = make_uint4(0, 0, 0, 0);  // padding row: zeros in every operand of the grouped-K GEMMs
+  for (int32_t n = warp_idx; n < total; n += num_warps) {
+    while (n >= s_first[i + 1]) ++i;
+    const int32_t local = n - s_first[i];
+    const size_t row = size_t(s_row0[i] + local);
+    if (local >= s_valid[i]) {  // padding row: zeros in every operand of the grouped-K GEMMs
+      const uint4 z = make_uint4(0, 0, 0, 0);
       for (uint32_t v = lane_idx; v < hv; v += 32) {
         recv_x[row * hv + v] = z;
         recv_dy[row * hv + v] = z;
@@ -458,70 +361,52 @@ __device__ __forceinline__ void swiglu_backward(const plan::Task& t, const MoeAr
         dh1[row * 2 * iv + 2 * v] = z;
         dh1[row * 2 * iv + 2 * v + 1] = z;
       }
+      continue;
     }
-    return false;
-  };
-  auto issue = [&](const Item& it, uint4* buf) {
-    const uint32_t c0 = it.c * cvecs, cn = min(cvecs, iv - c0);
-    const uint4* gu = h1 + it.row * 2 * iv + 2 * c0;
-    const uint4* da = dap + it.row * iv + c0;
-    for (uint32_t v = lane_idx; v < cn; v += 32) {
-      stage_vec(gu + 2 * v, buf + 2 * v);
-      stage_vec(gu + 2 * v + 1, buf + 2 * v + 1);
-      stage_vec(da + v, buf + 2 * cvecs + v);
-    }
-    cute::cp_async_fence();
-  };
-  // As dispatch: item i staged into buffer i % 2 while item i - 1 is worked on; one call site each.
-  Item cur, nxt{0, nch - 1, 0.0f};  // nxt: as if at a row's last chunk, so the first step finds row 0
-  bool have = false;
-  float dot = 0.0f;
-  for (uint32_t b = 0;; b ^= 1u) {
-    const bool more = ++nxt.c < nch || next_row(nxt);
-    if (more) issue(nxt, staging + b * kMoeStagingVecs);
-    if (have) {
-      if (more) cute::cp_async_wait<1>();
-      else cute::cp_async_wait<0>();
-      // One 16-byte vector of gate, up and dA' (8 columns) -> dH1, w·a; dot in the lane's column order.
-      const uint4* buf = staging + (b ^ 1u) * kMoeStagingVecs;
-      const uint32_t c0 = cur.c * cvecs, cn = min(cvecs, iv - c0);
-      const size_t row = cur.row;
-      const float w = cur.w;
-      for (uint32_t v = lane_idx; v < cn; v += 32) {
-        const uint4 graw = staged_vec(buf + 2 * v), uraw = staged_vec(buf + 2 * v + 1);
-        const uint4 draw = staged_vec(buf + 2 * cvecs + v);
-        const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&graw);
-        const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uraw);
-        const __nv_bfloat16* db = reinterpret_cast<const __nv_bfloat16*>(&draw);
-        uint4 dg_out, du_out, aw_out;
-        __nv_bfloat16* dgo = reinterpret_cast<__nv_bfloat16*>(&dg_out);
-        __nv_bfloat16* duo = reinterpret_cast<__nv_bfloat16*>(&du_out);
-        __nv_bfloat16* awo = reinterpret_cast<__nv_bfloat16*>(&aw_out);
+    const float w = __ldcg(recv_w + row);
+    float dot = 0.0f;
+    // One 16-byte vector of gate, up and dA' (8 columns) -> dH1, w·a; dot in the lane's column order.
+    auto step = [&](const uint4& graw, const uint4& uraw, const uint4& draw, uint32_t v) {
+      const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&graw);
+      const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uraw);
+      const __nv_bfloat16* db = reinterpret_cast<const __nv_bfloat16*>(&draw);
+      uint4 dg_out, du_out, aw_out;
+      __nv_bfloat16* dgo = reinterpret_cast<__nv_bfloat16*>(&dg_out);
+      __nv_bfloat16* duo = reinterpret_cast<__nv_bfloat16*>(&du_out);
+      __nv_bfloat16* awo = reinterpret_cast<__nv_bfloat16*>(&aw_out);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const float g = __bfloat162float(gb[q]), u = __bfloat162float(ub[q]), dav = __bfloat162float(db[q]);
-          const float sg = 1.0f / (1.0f + expf(-g)), silu = g * sg, act = silu * u;
-          dot += dav * act;
-          const float dA = w * dav;
-          dgo[q] = __float2bfloat16_rn(dA * u * sg * (1.0f + g * (1.0f - sg)));
-          duo[q] = __float2bfloat16_rn(dA * silu);
-          awo[q] = __float2bfloat16_rn(w * act);
-        }
-        const uint32_t gv = c0 + v;
-        dh1[row * 2 * iv + 2 * gv] = dg_out;
-        dh1[row * 2 * iv + 2 * gv + 1] = du_out;
-        act_w[row * iv + gv] = aw_out;
+      for (int q = 0; q < 8; ++q) {
+        const float g = __bfloat162float(gb[q]), u = __bfloat162float(ub[q]), da = __bfloat162float(db[q]);
+        const float sg = 1.0f / (1.0f + expf(-g)), silu = g * sg, act = silu * u;
+        dot += da * act;
+        const float dA = w * da;
+        dgo[q] = __float2bfloat16_rn(dA * u * sg * (1.0f + g * (1.0f - sg)));
+        duo[q] = __float2bfloat16_rn(dA * silu);
+        awo[q] = __float2bfloat16_rn(w * act);
       }
-      if (cur.c + 1 == nch) {  // the row's last chunk: its dot product, a fixed xor tree
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (lane_idx == 0) recv_dw[row] = dot;
-        dot = 0.0f;
+      dh1[row * 2 * iv + 2 * v] = dg_out;
+      dh1[row * 2 * iv + 2 * v + 1] = du_out;
+      act_w[row * iv + v] = aw_out;
+    };
+    // Two vectors per lane per round: their six loads are in flight together (the body is bound
+    // by the memory round trip, not by bandwidth).
+    for (uint32_t v = lane_idx; v < iv; v += 64) {
+      const uint32_t v2 = v + 32;
+      const bool second = v2 < iv;
+      const uint4 g0 = __ldcg(h1 + row * 2 * iv + 2 * v), u0 = __ldcg(h1 + row * 2 * iv + 2 * v + 1);
+      const uint4 d0 = __ldcg(dap + row * iv + v);
+      uint4 g1 = make_uint4(0, 0, 0, 0), u1 = g1, d1 = g1;
+      if (second) {
+        g1 = __ldcg(h1 + row * 2 * iv + 2 * v2);
+        u1 = __ldcg(h1 + row * 2 * iv + 2 * v2 + 1);
+        d1 = __ldcg(dap + row * iv + v2);
       }
+      step(g0, u0, d0, v);
+      if (second) step(g1, u1, d1, v2);
     }
-    if (!more) return;
-    cur = nxt;
-    have = true;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (lane_idx == 0) recv_dw[row] = dot;
   }
 }
 
@@ -533,7 +418,7 @@ __device__ __forceinline__ void moe_task_device(const plan::Task& t, const runti
   switch (t.kind) {
     case plan::TaskKind::kMoeRoute: moe_detail::route(t, a, ctx, smem, num_threads); break;
     case plan::TaskKind::kMoeOffsets: moe_detail::offsets(t, a, ctx, smem, num_threads); break;
-    case plan::TaskKind::kMoeDispatch: moe_detail::dispatch(t, a, ctx, smem, num_threads); break;
+    case plan::TaskKind::kMoeDispatch: moe_detail::dispatch(t, a, ctx, num_threads); break;
     case plan::TaskKind::kMoeCombine: moe_detail::combine(t, a, ctx, num_threads); break;
     case plan::TaskKind::kMoeSwigluBackward: moe_detail::swiglu_backward(t, a, ctx, smem, num_threads); break;
     default: break;

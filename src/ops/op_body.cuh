@@ -15,8 +15,6 @@
 namespace kosmos::ops {
 
 static_assert(sizeof(GemmBodyParams) <= runtime::kBodyParamBytes, "GEMM problems do not fit the body blob");
-static_assert(kernels::gemm::kGemmSmemBytesMax >= kernels::moe_detail::moe_staging_bytes(kOpKernelThreads / 32),
-              "the MoE bodies' staging fits the op kernel's shared memory");
 static_assert(gemm_body_bytes(2) <= runtime::kSmallBodyParamBytes, "kosmos::Gemm and the W = 1 MoE forward (2 problems) take the small launch");
 
 namespace detail {

@@ -189,9 +189,10 @@ TEST(GpuMoeWideTasks, ManyTokensPerCombineTaskTopK10) {
   run_moe_backward(2, 600, 264, 136, 16, 10, Routing::kSkewedWithDrops, 0, 600);
 }
 
-// Rows longer than one of the dispatch's staging buffers (kMoeStagingVecs = 512 16-byte vectors,
-// H = 4096): H = 4104 is two chunks, the second of one vector (lane 0 alone), so a warp's items cross
-// rows mid-pipeline; the backward moves x and dy rows (four chunks a row), the saved backward dy only.
+// Rows of 513 16-byte vectors (H = 4104): past 4096, where the dispatch on branch staged-copies
+// splits a row into two staged chunks (the second of one vector, lane 0 alone), and where the
+// register path's four-vector passes leave a one-vector tail; forward, backward (x and dy rows) and
+// the saved backward (dy rows only).
 TEST(GpuMoeWideRows, RowsOfTwoStagingChunks) {
   SKIP_WITHOUT_GPU();
   run_moe(1, 64, 4104, 128, 8, 4, Routing::kSkewed);
