@@ -297,7 +297,8 @@ Status trace_moe_run(MoeLayer& L, bool backward, const std::string& title, const
   KOSMOS_CUDA_CHECK(cudaGetDevice(&dev));
   KOSMOS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const std::vector<std::string>& phases = L.phase_names(backward);
-  const std::map<std::string, double> flops = all_ranks ? moe_gemm_label_flops(L, backward) : std::map<std::string, double>{};
+  const std::map<std::string, double> flops =
+      all_ranks ? moe_gemm_label_flops(L, backward) : std::map<std::string, double>{};
   std::vector<runtime::TraceRecord> tr;
   std::string csv;
   // The fused runner's last run, then each unfused launch's last run: breakdown and CSV rows.

@@ -255,10 +255,14 @@ TEST(MoeCpu, EveryGemmLabelHasItsFlopsPerRow) {
       }
       EXPECT_GT(gemm_labels, 0u);
       const std::map<std::string, double> want =
-          backward ? (saved ? std::map<std::string, double>{{"gemm dA'", down}, {"gemm dX", gate_up}, {"gemm dDown", down},
+          backward ? (saved ? std::map<std::string, double>{{"gemm dA'", down},
+                                                            {"gemm dX", gate_up},
+                                                            {"gemm dDown", down},
                                                             {"gemm dGateUp", gate_up}}
-                            : std::map<std::string, double>{{"gemm H1 (recompute)", gate_up}, {"gemm dA'", down},
-                                                            {"gemm dX", gate_up}, {"gemm dDown", down},
+                            : std::map<std::string, double>{{"gemm H1 (recompute)", gate_up},
+                                                            {"gemm dA'", down},
+                                                            {"gemm dX", gate_up},
+                                                            {"gemm dDown", down},
                                                             {"gemm dGateUp", gate_up}})
                    : std::map<std::string, double>{
                          {saved ? "gemm GEMM1 gate_up+SwiGLU (saves h1)" : "gemm GEMM1 gate_up+SwiGLU", gate_up},
