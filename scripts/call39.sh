@@ -4,7 +4,7 @@
 # never GPU-run:
 #   r52 = branch staged-copies (220314e): dispatch and the SwiGLU backward stage their rows through
 #         shared memory by cp.async; the offsets task's prefix is a scan;
-#   r53 = branch wg-store-boxes: the GEMM TMA-store epilogue stores one 64 x 64 box per consumer
+#   r53 = branch wg-store-boxes (05fa905): the GEMM TMA-store epilogue stores one 64 x 64 box per consumer
 #         warpgroup and pass (8 stores per 128 x 256 tile where there were 32).
 #   run(command="scripts/call39.sh [STEPS]", carry=["build/variants/r50", "build/variants/r52", "build/variants/r53"])
 #   steps in this order:
