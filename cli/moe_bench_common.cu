@@ -274,9 +274,11 @@ std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols) {
 }
 
 namespace {
-// Every routed row (W T k; no dropping) through gate_up (H x 2I) and down (I x H).
+// Every rank's routed rows, W T k (no dropping).
+double moe_routed_rows(const MoeConfig& c) { return double(c.world) * double(c.tokens) * double(c.top_k); }
+// Every routed row through gate_up (H x 2I) and down (I x H).
 double moe_gate_up_flops(const MoeConfig& c) {
-  return 2.0 * double(c.world) * double(c.tokens) * c.top_k * double(c.hidden) * 2.0 * double(c.intermediate);
+  return 2.0 * moe_routed_rows(c) * double(c.hidden) * 2.0 * double(c.intermediate);
 }
 double moe_down_flops(const MoeConfig& c) { return moe_gate_up_flops(c) / 2.0; }
 }  // namespace
@@ -284,8 +286,7 @@ double moe_down_flops(const MoeConfig& c) { return moe_gate_up_flops(c) / 2.0; }
 // Each GEMM label's useful FLOPs in `layer`'s plan of one direction: the layer's FLOPs per routed row
 // (MoeLayer::gemm_flops_per_row, where the problems are named) times every rank's T k rows.
 std::map<std::string, double> moe_gemm_label_flops(const MoeLayer& layer, bool backward) {
-  const MoeConfig& c = layer.config();
-  const double rows = double(c.world) * double(c.tokens) * double(c.top_k);
+  const double rows = moe_routed_rows(layer.config());
   std::map<std::string, double> out;
   for (const auto& [label, per_row] : layer.gemm_flops_per_row(backward)) out[label] = per_row * rows;
   return out;

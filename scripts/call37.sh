@@ -35,8 +35,7 @@ for ((i = 0; i < ${#mode}; ++i)); do
     c) moe_final_form "$V" "${TAG:-37th}"; echo "final form $(el)" ;;
     g)
       grouped_carry_table "$V" "${TAG:-37th}"
-      KOSMOS_COMMIT=$(variant_commit "$V") timeout 120 "$K" bench gemm --reps 20 --json $OUT/gemm/gemm-$g-${TAG:-37th}.json > $OUT/gemm/dense.txt 2>&1
-      echo "bench gemm rc=$? $(el)"; grep -E 'x|geomean|geometric' $OUT/gemm/dense.txt | tail -12
+      dense_gemm "$V" gemm-$g-${TAG:-37th}
       tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm ;;
     p)  # r46: B multicast in 2-CTA clusters (the standalone engine's --pair-b) on the Qwen3 proxy's
         # MoE GEMMs (128 experts x 256 rows, gate+up N 3072 K 4096, down N 4096 K 1536; runs of one

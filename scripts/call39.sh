@@ -29,13 +29,8 @@ for ((i = 0; i < ${#mode}; ++i)); do
       mv $OUT/variants-logs.tgz $OUT/ab.tgz; echo "ab $(el)" ;;
     t) suite_step "$N" ;;
     g)
-      mkdir -p $OUT/gemm
       for r in 1 2; do
-        for v in r50 r53; do
-          KOSMOS_COMMIT=$(variant_commit $v) timeout 120 "$(scripts/variants.sh unpack $v kosmos)" bench gemm --reps 20 \
-            --json $OUT/gemm/gemm-$g-39th-$v-$r.json > $OUT/gemm/dense-$v-$r.txt 2>&1
-          echo "bench gemm $v r$r rc=$? $(el)"; grep -iE 'geomean|geometric' $OUT/gemm/dense-$v-$r.txt | tail -2
-        done
+        for v in r50 r53; do dense_gemm $v gemm-$g-39th-$v-$r; done
       done
       tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm ;;
   esac

@@ -25,6 +25,7 @@
 #                     T = 4096, commas for spaces) and B (the saved backward), $OUT/x
 # ncu_summary FILE  -- one line per kernel of an ncu log taken with $NCU_METRICS (duration, tensor
 #                     pipe, L2 throughput and sectors, hit rate, DRAM read / write)
+# dense_gemm V NAME -- variant V's `bench gemm` into $OUT/gemm/NAME.{json,txt}
 # suite_step V      -- the whole GPU suite, engine and NCCL tests of variant V (each shard limited to
 #                     TEST_TIMEOUT s, 300 by default); $OUT/tests-V.tgz
 set -u
@@ -102,6 +103,16 @@ fwd_trace_match() {
 
 # The variant's commit for the JSON (the device's copy of the tree may carry a stale .git).
 variant_commit() { head -1 "build/variants/$1/commit.txt" | cut -c1-12; }
+
+# dense_gemm V NAME -- variant V's `bench gemm` (issue 3's eight dense shapes against cuBLAS), JSON
+# and log as $OUT/gemm/NAME.{json,txt}; prints its rc, the shapes' lines and the geometric mean.
+dense_gemm() {
+  local v=$1 name=$2
+  mkdir -p $OUT/gemm
+  KOSMOS_COMMIT=$(variant_commit "$v") timeout 120 "$(scripts/variants.sh unpack "$v" kosmos)" bench gemm --reps 20 \
+    --json $OUT/gemm/$name.json > $OUT/gemm/$name.txt 2>&1
+  echo "bench gemm $v ($name) rc=$? $(el)"; grep -E 'x|geomean|geometric' $OUT/gemm/$name.txt | tail -12
+}
 
 moe_final_form() {
   local variant=$1 tag=$2 K m t f b

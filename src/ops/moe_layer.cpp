@@ -234,14 +234,19 @@ Status launch(const DistributedContext* dist, ops::OpRunner& runner, cudaStream_
   return runner.run(stream);
 }
 
-// The useful FLOPs of each GEMM problem per routed row, by its tiles' label ("gemm <problem>"):
+// The trace label of problem j's GEMM tiles ("?" past the named problems).
+std::string gemm_label(const ops::moe::DirectionPlan& dp, size_t j) {
+  return "gemm " + (j < dp.problem_names.size() ? dp.problem_names[j] : std::string("?"));
+}
+
+// The useful FLOPs of each GEMM problem per routed row, by its tiles' label (gemm_label):
 // 2 N K for the problems grouped over M (a row is one of their M rows), 2 M N for the grouped-K
 // weight gradients (a row is one of their K rows). The bench's breakdown multiplies by the rows.
 std::map<std::string, double> label_flops_per_row(const ops::moe::DirectionPlan& dp) {
   std::map<std::string, double> out;
   for (size_t j = 0; j < dp.problems.size() && j < dp.problem_names.size(); ++j) {
     const kernels::gemm::GemmDesc& d = dp.problems[j].desc;
-    out["gemm " + dp.problem_names[j]] = 2.0 * double(d.n) * double(d.grouped_k ? d.m : d.k);
+    out[gemm_label(dp, j)] = 2.0 * double(d.n) * double(d.grouped_k ? d.m : d.k);
   }
   return out;
 }
@@ -266,7 +271,7 @@ Status make_runners(const ops::moe::DirectionPlan& dp, const MoeConfig& cfg, con
     }
     kernels::gemm::GemmTileArgs a;
     std::memcpy(&a, t.args, sizeof(a));
-    labels->push_back("gemm " + (a.problem < dp.problem_names.size() ? dp.problem_names[a.problem] : std::string("?")));
+    labels->push_back(gemm_label(dp, a.problem));
   }
   // A launch's phases: empty = the fused plan (every phase, every wait and signal); one phase = an
   // unfused launch (every edge crosses a launch boundary: no waits; signals kept only as a
