@@ -275,7 +275,9 @@ std::string non_finite_bf16(const uint16_t* v, size_t n, int64_t cols) {
 
 namespace {
 // Every rank's routed rows, W T k (no dropping).
-double moe_routed_rows(const MoeConfig& c) { return double(c.world) * double(c.tokens) * double(c.top_k); }
+double moe_routed_rows(const MoeConfig& c) {
+  return double(c.world) * double(c.tokens) * double(c.top_k);
+}
 // Every routed row through gate_up (H x 2I) and down (I x H).
 double moe_gate_up_flops(const MoeConfig& c) {
   return 2.0 * moe_routed_rows(c) * double(c.hidden) * 2.0 * double(c.intermediate);
