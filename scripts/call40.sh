@@ -6,7 +6,11 @@
 #   r53 = branch wg-store-boxes: the GEMM TMA-store epilogue stores one 64 x 64 box per consumer
 #         warpgroup and pass (8 stores per 128 x 256 tile where there were 32).
 #   run(command="V=r50 scripts/call40.sh cg", carry=["build/variants/r50"])          on an H200
-#   run(command="scripts/call40.sh a", carry=["build/variants/r50", "build/variants/r52", "build/variants/r53"])
+#   run(command="scripts/call40.sh ab", carry=["build/variants/r50/kosmos.xz", "build/variants/r52/kosmos.xz",
+#       "build/variants/r53/kosmos.xz", "build/variants/r50/commit.txt", "build/variants/r53/commit.txt"])
+#       (three whole variants and the tree exceed the 64 MiB a call may carry; a and b need only kosmos)
+#   Ran (H100): `ROUNDS=1 ... a` three times and `V=r53 ... t` (bench/logs/variants-40th). Next:
+#   r54 = branch offsets-scan: `V=r54 scripts/call40.sh t`, then `AB="r50 r54" ROUNDS=3 ... a`.
 #   steps in this order:
 #     c: the issue-5 tables with $V's kosmos (forward T = 4096 / 128 both models against the cuBLAS
 #        grouped pipeline, saved backward against torch autograd; JSON tagged $TAG, default 40th);
