@@ -33,10 +33,7 @@ for ((i = 0; i < ${#mode}; ++i)); do
       scripts/call36.sh "${mode:i:1}" | grep -v "^[A-Z].*, [0-9.]*$"
       mv $OUT/x.tgz $OUT/x-${mode:i:1}.tgz; mkdir -p $OUT/x ;;
     c) moe_final_form "$V" "${TAG:-37th}"; echo "final form $(el)" ;;
-    g)
-      grouped_carry_table "$V" "${TAG:-37th}"
-      dense_gemm "$V" gemm-$g-${TAG:-37th}
-      tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm ;;
+    g) issue3_tables "$V" "${TAG:-37th}" ;;
     p)  # r46: B multicast in 2-CTA clusters (the standalone engine's --pair-b) on the Qwen3 proxy's
         # MoE GEMMs (128 experts x 256 rows, gate+up N 3072 K 4096, down N 4096 K 1536; runs of one
         # slot, one expert's two slots n-major), where the MoE's GEMM1 ran the L2 at 93 % of its

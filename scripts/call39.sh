@@ -23,15 +23,8 @@ mode=${1:-a}
 N=${V:-r52}
 for ((i = 0; i < ${#mode}; ++i)); do
   case ${mode:i:1} in
-    a)
-      ROUNDS=${ROUNDS:-2} CASES=${CASES:-"qf:--model,qwen3-235b,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations df:--model,deepseek-v3,--tokens,4096,--skip-cublas d128:--model,deepseek-v3,--tokens,128,--skip-cublas"} \
-        scripts/variants.sh ab r50 r52 r53
-      mv $OUT/variants-logs.tgz $OUT/ab.tgz; echo "ab $(el)" ;;
+    a) moe_ab r50 r52 r53 ;;
     t) suite_step "$N" ;;
-    g)
-      for r in 1 2; do
-        for v in r50 r53; do dense_gemm $v gemm-$g-39th-$v-$r; done
-      done
-      tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm ;;
+    g) dense_gemm_ab 39th r50 r53 ;;
   esac
 done

@@ -33,19 +33,10 @@ for ((i = 0; i < ${#mode}; ++i)); do
   [ $(($(date +%s) - start)) -lt "${step_limit[$s]:-600}" ] || { echo "no time for step $s $(el)"; continue; }
   case $s in
     c) moe_final_form "$V" "$TAG"; echo "final form $(el)" ;;
-    g)
-      grouped_carry_table "$V" "$TAG"
-      dense_gemm "$V" gemm-$g-$TAG
-      tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm ;;
-    a)
-      ROUNDS=${ROUNDS:-2} CASES=${CASES:-"qf:--model,qwen3-235b,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations df:--model,deepseek-v3,--tokens,4096,--skip-cublas d128:--model,deepseek-v3,--tokens,128,--skip-cublas"} \
-        scripts/variants.sh ab ${AB:-r50 r52 r53}
-      mv $OUT/variants-logs.tgz $OUT/ab.tgz; echo "ab $(el)" ;;
+    g) issue3_tables "$V" "$TAG" ;;
+    # shellcheck disable=SC2086
+    a) moe_ab ${AB:-r50 r52 r53} ;;
     t) for v in $V; do suite_step "$v"; done ;;
-    b)
-      for r in 1 2; do
-        for v in r50 r53; do dense_gemm $v gemm-$g-$TAG-$v-$r; done
-      done
-      tar czf $OUT/gemm-ab.tgz -C $OUT gemm && rm -rf $OUT/gemm ;;
+    b) dense_gemm_ab "$TAG" r50 r53 ;;
   esac
 done

@@ -26,6 +26,11 @@
 # ncu_summary FILE  -- one line per kernel of an ncu log taken with $NCU_METRICS (duration, tensor
 #                     pipe, L2 throughput and sectors, hit rate, DRAM read / write)
 # dense_gemm V NAME -- variant V's `bench gemm` into $OUT/gemm/NAME.{json,txt}
+# issue3_tables V TAG -- grouped_carry_table, then dense_gemm; $OUT/gemm.tgz
+# dense_gemm_ab TAG V... -- dense_gemm of each variant, twice in alternation; $OUT/gemm-ab.tgz
+# moe_ab V...      -- `bench moe` A/B of the variants (scripts/variants.sh ab; ROUNDS, CASES as there,
+#                     default cases: Qwen3 forward and saved backward, DeepSeek-V3 forward at T = 4096
+#                     and 128); $OUT/ab.tgz
 # suite_step V      -- the whole GPU suite, engine and NCCL tests of variant V (each shard limited to
 #                     TEST_TIMEOUT s, 300 by default); $OUT/tests-V.tgz
 set -u
@@ -112,6 +117,27 @@ dense_gemm() {
   KOSMOS_COMMIT=$(variant_commit "$v") timeout 120 "$(scripts/variants.sh unpack "$v" kosmos)" bench gemm --reps 20 \
     --json $OUT/gemm/$name.json > $OUT/gemm/$name.txt 2>&1
   echo "bench gemm $v ($name) rc=$? $(el)"; grep -E 'x|geomean|geometric' $OUT/gemm/$name.txt | tail -12
+}
+
+issue3_tables() {
+  grouped_carry_table "$1" "$2"
+  dense_gemm "$1" gemm-$g-$2
+  tar czf $OUT/gemm.tgz -C $OUT gemm && rm -rf $OUT/gemm
+}
+
+dense_gemm_ab() {
+  local tag=$1 r v
+  shift
+  for r in 1 2; do
+    for v in "$@"; do dense_gemm "$v" gemm-$g-$tag-$v-$r; done
+  done
+  tar czf $OUT/gemm-ab.tgz -C $OUT gemm && rm -rf $OUT/gemm
+}
+
+moe_ab() {
+  ROUNDS=${ROUNDS:-2} CASES=${CASES:-"qf:--model,qwen3-235b,--tokens,4096,--skip-cublas qb:--model,qwen3-235b,--tokens,4096,--backward,--save-activations df:--model,deepseek-v3,--tokens,4096,--skip-cublas d128:--model,deepseek-v3,--tokens,128,--skip-cublas"} \
+    scripts/variants.sh ab "$@"
+  mv $OUT/variants-logs.tgz $OUT/ab.tgz; echo "ab $(el)"
 }
 
 moe_final_form() {
